@@ -1,0 +1,253 @@
+"""Static HTN decomposition: ordered methods with guard predicates, first match wins.
+
+Domain packs describe tasks with `Method`s. A method's `decompose(state)` returns the
+children of the task: `Step`s (leaf specifications), `TaskRef`s (subtasks decomposed by
+their own methods), or ready-made `Leaf`/`Compound` nodes. Strategies stamp provenance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+
+from planning.core.dag import DagPlan
+from planning.core.errors import BudgetExceeded, NoMethodMatched
+from planning.core.tree import (
+    Compound,
+    FailurePolicy,
+    Goal,
+    Leaf,
+    Node,
+    Provenance,
+    StrategyName,
+    freeze,
+)
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step:
+    """A leaf specification emitted by a method; `reads`/`effects` drive forward planning."""
+
+    key: str
+    agent: str
+    task: str
+    rationale: str = ""
+    tool: str | None = None
+    inputs: Mapping[str, Any] = field(default=_EMPTY)
+    depends_on: tuple[str, ...] | None = None
+    expected_output: str | None = None
+    failure_policy: FailurePolicy = "abort"
+    risk: str | None = None
+    reads: frozenset[str] = frozenset()
+    effects: Mapping[str, Any] = field(default=_EMPTY)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", freeze(dict(self.inputs)))
+        object.__setattr__(self, "effects", MappingProxyType(dict(self.effects)))
+        object.__setattr__(self, "reads", frozenset(self.reads))
+        if self.depends_on is not None:
+            object.__setattr__(self, "depends_on", tuple(self.depends_on))
+
+    def to_leaf(self, provenance: Provenance, depends_on: tuple[str, ...] | None = None) -> Leaf:
+        """Return the leaf for this step (with `depends_on` overriding the declared one)."""
+        return Leaf(
+            key=self.key,
+            agent=self.agent,
+            task=self.task,
+            rationale=self.rationale,
+            tool=self.tool,
+            inputs=self.inputs,
+            depends_on=self.depends_on if depends_on is None else depends_on,
+            expected_output=self.expected_output,
+            failure_policy=self.failure_policy,
+            risk=self.risk,
+            provenance=provenance,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskRef:
+    """A subtask to decompose with the methods for `task`; its key defaults to the task name."""
+
+    task: str
+    key: str = ""
+    description: str = ""
+    depends_on: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            object.__setattr__(self, "key", self.task)
+        if self.depends_on is not None:
+            object.__setattr__(self, "depends_on", tuple(self.depends_on))
+
+
+type Item = Step | TaskRef | Leaf | Compound
+type Guard = Callable[[Mapping[str, Any]], bool]
+type Decompose = Callable[[Mapping[str, Any]], Sequence[Item]]
+
+
+def always(state: Mapping[str, Any]) -> bool:
+    """Return True: a guard for unconditional methods."""
+    return True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Method:
+    """One way to decompose `task`, applicable when `guard(state)` holds."""
+
+    name: str
+    task: str
+    guard: Guard = always
+    decompose: Decompose
+    cost: float = 0.0
+    duration_s: float = 0.0
+    description: str = ""
+
+
+class MethodLibrary:
+    """An immutable, ordered collection of methods indexed by task name."""
+
+    __slots__ = ("_by_task",)
+
+    def __init__(self, methods: Iterable[Method] = ()) -> None:
+        by_task: dict[str, list[Method]] = {}
+        names: set[str] = set()
+        for method in methods:
+            if method.name in names:
+                raise ValueError(f"duplicate method name {method.name!r}")
+            names.add(method.name)
+            by_task.setdefault(method.task, []).append(method)
+        self._by_task: Mapping[str, tuple[Method, ...]] = MappingProxyType(
+            {task: tuple(ms) for task, ms in by_task.items()}
+        )
+
+    def methods_for(self, task: str) -> tuple[Method, ...]:
+        """Return the methods for `task` in the order they are tried (empty when none)."""
+        return self._by_task.get(task, ())
+
+    def tasks(self) -> frozenset[str]:
+        """Return every task name with at least one method."""
+        return frozenset(self._by_task)
+
+    def __contains__(self, task: object) -> bool:
+        return task in self._by_task
+
+    def __iter__(self) -> Iterator[Method]:
+        for methods in self._by_task.values():
+            yield from methods
+
+    def merged(self, other: MethodLibrary) -> MethodLibrary:
+        """Return a library holding this library's methods followed by `other`'s."""
+        return MethodLibrary([*self, *other])
+
+
+def is_within_budget(method: Method, cost_budget: float | None, time_budget: float | None) -> bool:
+    """Tell whether `method` fits the cost and time budgets (None = unlimited)."""
+    if cost_budget is not None and method.cost > cost_budget:
+        return False
+    return not (time_budget is not None and method.duration_s > time_budget)
+
+
+def stamp(node: Node, provenance: Provenance) -> Node:
+    """Return `node` (recursively) with `provenance`, children one level deeper."""
+    if isinstance(node, Leaf):
+        return replace(node, provenance=provenance)
+    deeper = replace(provenance, depth=provenance.depth + 1)
+    return replace(
+        node, provenance=provenance, children=tuple(stamp(c, deeper) for c in node.children)
+    )
+
+
+class StaticDecomposition:
+    """Decompose with the first applicable method per task; the state is never changed."""
+
+    strategy_name: StrategyName = "static"
+
+    def __init__(
+        self,
+        library: MethodLibrary,
+        *,
+        cost_budget: float | None = None,
+        time_budget: float | None = None,
+        max_depth: int = 16,
+    ) -> None:
+        self.library = library
+        self.cost_budget = cost_budget
+        self.time_budget = time_budget
+        self.max_depth = max_depth
+
+    def _choose(self, task: str, state: Mapping[str, Any]) -> Method:
+        tried: list[str] = []
+        skipped: list[str] = []
+        for method in self.library.methods_for(task):
+            tried.append(method.name)
+            if not is_within_budget(method, self.cost_budget, self.time_budget):
+                skipped.append(method.name)
+                continue
+            if method.guard(state):
+                return method
+        detail = f"over budget: {', '.join(skipped)}" if skipped else ""
+        raise NoMethodMatched(task, tried, detail)
+
+    def expand_with_method(
+        self, task: str, state: Mapping[str, Any], depth: int
+    ) -> tuple[Method, tuple[Node, ...]]:
+        """Apply the first applicable method for `task`; return it and the children it makes.
+
+        Children are at `depth`. A `TaskRef` becomes a `Compound` placeholder with no children
+        (named after its task) for the caller to expand. Raises `NoMethodMatched`.
+        """
+        method = self._choose(task, state)
+        provenance = Provenance(strategy=self.strategy_name, source=method.name, depth=depth)
+        children: list[Node] = []
+        for item in method.decompose(state):
+            if isinstance(item, Step):
+                children.append(item.to_leaf(provenance))
+            elif isinstance(item, TaskRef):
+                children.append(
+                    Compound(
+                        key=item.key,
+                        name=item.task,
+                        description=item.description,
+                        depends_on=item.depends_on,
+                        provenance=provenance,
+                    )
+                )
+            else:
+                children.append(stamp(item, provenance))
+        return method, tuple(children)
+
+    def expand(self, task: str, state: Mapping[str, Any], depth: int) -> tuple[Node, ...]:
+        """Return the children of `task` at `depth` (one level only); raise `NoMethodMatched`."""
+        return self.expand_with_method(task, state, depth)[1]
+
+    def _fill(self, node: Node, state: Mapping[str, Any]) -> Node:
+        if isinstance(node, Leaf):
+            return node
+        depth = node.provenance.depth
+        if node.children:
+            return replace(node, children=tuple(self._fill(c, state) for c in node.children))
+        if depth + 1 > self.max_depth:
+            raise BudgetExceeded("depth", self.max_depth, depth + 1)
+        method, children = self.expand_with_method(node.name, state, depth + 1)
+        return replace(
+            node,
+            children=tuple(self._fill(c, state) for c in children),
+            provenance=replace(node.provenance, source=method.name),
+        )
+
+    def plan(self, goal: Goal, state: Mapping[str, Any]) -> DagPlan:
+        """Decompose `goal.name` fully; raise `NoMethodMatched`, `BudgetExceeded`, `PlanInvalid`."""
+        root = Compound(
+            key=goal.name,
+            name=goal.name,
+            description=goal.description,
+            provenance=Provenance(strategy=self.strategy_name, source=goal.name, depth=0),
+        )
+        filled = self._fill(root, MappingProxyType(dict(state)))
+        assert isinstance(filled, Compound)
+        return DagPlan.build(filled)
