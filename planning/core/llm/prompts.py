@@ -1,0 +1,134 @@
+"""The messages of a recursive decomposition request (DESIGN §3).
+
+Two system prompt variants: above the last level the model may return nested entries that are
+decomposed again; at the last level the prompt describes agent assignments only and never
+mentions the nested format. The user prompt carries the parent goal, the sibling tasks, the goal
+and its description, the agents (id, name, description, capabilities) and the rendered state.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from planning.core.tree import Goal
+
+__all__ = [
+    "AgentInfo",
+    "render_state",
+    "repair_prompt",
+    "system_prompt",
+    "user_prompt",
+]
+
+MAX_STATE_CHARS = 12_000
+
+
+class AgentInfo(Protocol):
+    """What the planner tells the model about an agent (``AgentSpec`` satisfies it)."""
+
+    @property
+    def slug(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def capabilities(self) -> Sequence[str]: ...
+
+
+_PREAMBLE = """\
+You are the planning component of CaseHub, where human reviewers approve agent plans before \
+anything runs. Decompose the goal in the request into a short, ordered list of steps.
+
+Answer with JSON only: an object {"steps": [...]} that matches the response schema."""
+
+_AGENT_FORMAT = """\
+{"id": "review-data", "agent": "<agent id>", "task": "<one concrete action>", \
+"rationale": "<why this agent>", "depends_on": null}"""
+
+_NESTED_FORMAT = """\
+{"id": "prepare-report", "subtask": "<short name>", "description": "<what it must achieve>", \
+"depends_on": null}"""
+
+_RULES = """\
+- Use only the agents listed in the request, by their id.
+- Ids are short and unique within your answer: letters, digits, "-" and "_" only.
+- depends_on lists the ids of EARLIER steps that must finish first; null means "after the \
+previous step"; [] means the step can start at once. Steps that do not need each other's output \
+should not depend on each other, so they can run in parallel.
+- At most {max_steps} steps.
+- Do not decide which steps need human approval; the server decides that."""
+
+
+def system_prompt(*, is_last_level: bool, max_steps: int) -> str:
+    """Return the system prompt; the last-level variant offers agent assignments only."""
+    rules = _RULES.replace("{max_steps}", str(max_steps))
+    if is_last_level:
+        return (
+            f"{_PREAMBLE}\n\nEvery step is an agent assignment, for work one agent does as a "
+            f"single action:\n{_AGENT_FORMAT}\n\nRules:\n{rules}"
+        )
+    return (
+        f"{_PREAMBLE}\n\nEach step is one of two kinds.\n"
+        f"1. An agent assignment, for work one agent does as a single action:\n{_AGENT_FORMAT}\n"
+        "2. A subtask, for a part that is itself a plan of several actions; it is decomposed "
+        f"again separately, with this plan as its context:\n{_NESTED_FORMAT}\n\n"
+        f"Rules:\n{rules}\n"
+        "- Use a subtask only when a part genuinely needs several agent actions; prefer agent "
+        "assignments."
+    )
+
+
+def render_state(state: Mapping[str, Any]) -> str:
+    """Render the planning state as stable, indented JSON (truncated when very large)."""
+    text = json.dumps(state, sort_keys=True, indent=2, default=str, ensure_ascii=False)
+    if len(text) > MAX_STATE_CHARS:
+        return text[:MAX_STATE_CHARS] + "\n... (state truncated)"
+    return text
+
+
+def _render_agent(agent: AgentInfo) -> str:
+    line = f"- {agent.slug}: {agent.name}"
+    if agent.description:
+        line += f". {agent.description}"
+    capabilities = ", ".join(agent.capabilities)
+    return line + (f" (capabilities: {capabilities})" if capabilities else "")
+
+
+def user_prompt(
+    goal: Goal,
+    agents: Sequence[AgentInfo],
+    state: Mapping[str, Any],
+    *,
+    hint: str = "",
+) -> str:
+    """Return the planning request for ``goal`` with its context."""
+    parent = goal.parent or "(none: this is the top-level goal)"
+    siblings = "; ".join(goal.siblings) if goal.siblings else "(none)"
+    lines = [
+        f"Parent goal: {parent}",
+        f"Sibling tasks: {siblings}",
+        f"Goal: {goal.name}",
+        f"Description: {goal.description or '(none given)'}",
+    ]
+    if hint:
+        lines.append(f"Note: {hint}")
+    lines.append("Available agents:")
+    lines.extend(_render_agent(agent) for agent in agents)
+    lines.append("Current state (JSON):")
+    lines.append(render_state(state))
+    return "\n".join(lines)
+
+
+def repair_prompt(error: str) -> str:
+    """Return the follow-up request quoting why the previous answer was rejected."""
+    return (
+        "Your previous answer could not be used:\n"
+        f"{error}\n"
+        "Answer again with the corrected JSON only, following the same schema and rules."
+    )
