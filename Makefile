@@ -1,0 +1,42 @@
+# CaseHub — the two commands a new user needs: `make run` and `make test`.
+SHELL := /bin/bash
+PORT ?= 8000
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: run test lint format typecheck bench venv clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml scripts/find-python
+	@if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)'; then rm -rf $(VENV); fi
+	@if [ ! -x $(PY) ]; then python=$$(scripts/find-python) || exit 1; echo "Creating $(VENV) with $$python"; "$$python" -m venv $(VENV); fi
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+## run: the web server on 127.0.0.1:$(PORT) and a Celery worker on the embedded broker (demo mode)
+run: venv
+	CASEHUB_DEMO=1 $(PY) manage.py runcasehub 127.0.0.1:$(PORT)
+
+## test: the whole suite against the database and broker the environment names
+test: venv
+	SECRET_KEY=$${SECRET_KEY:-tests-only-not-a-secret} CASEHUB_VAR_DIR=$${CASEHUB_VAR_DIR:-$(CURDIR)/var/test} \
+	  $(VENV)/bin/pytest $(ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: venv
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+bench: venv
+	SECRET_KEY=$${SECRET_KEY:-bench-only-not-a-secret} $(PY) -m bench
+
+clean:
+	rm -rf var/broker var/celery-results var/test-casehub.sqlite3*

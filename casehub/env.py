@@ -1,0 +1,54 @@
+"""Typed readers for the environment variables that configure CaseHub."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+class ConfigError(RuntimeError):
+    """A configuration variable is missing or malformed."""
+
+
+def env_str(name: str, default: str = "", environ: Mapping[str, str] = os.environ) -> str:
+    """Return the variable as a stripped string, or the default when unset or blank."""
+    value = environ.get(name, "").strip()
+    return value or default
+
+
+def env_bool(name: str, default: bool = False, environ: Mapping[str, str] = os.environ) -> bool:
+    """Return the variable as a boolean.
+
+    Raises ConfigError on anything but 1/0, true/false, yes/no, on/off.
+    """
+    raw = environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"{name} must be one of 1/0/true/false/yes/no/on/off, not {raw!r}")
+
+
+def env_int(name: str, default: int, environ: Mapping[str, str] = os.environ) -> int:
+    """Return the variable as an integer; raises ConfigError when it is not one."""
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, not {raw!r}") from None
+
+
+def env_list(name: str, default: list[str], environ: Mapping[str, str] = os.environ) -> list[str]:
+    """Return the variable split on commas, blanks dropped."""
+    raw = environ.get(name)
+    if raw is None or not raw.strip():
+        return list(default)
+    return [item.strip() for item in raw.split(",") if item.strip()]

@@ -1,0 +1,16 @@
+"""Top-level URL configuration."""
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from oversight import views as oversight_views
+
+urlpatterns = [
+    path("", oversight_views.home, name="home"),
+    path("", include("oversight.urls")),
+    path("health", oversight_views.health, name="health"),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+]

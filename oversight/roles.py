@@ -1,0 +1,57 @@
+"""The four roles, their permissions, and what each may see."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import apps as global_apps
+from django.contrib.auth.management import create_permissions
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, Permission
+
+ANALYST = "analyst"
+OFFICER = "compliance officer"
+AUDITOR = "auditor"
+ADMIN = "admin"
+ROLES = (ANALYST, OFFICER, AUDITOR, ADMIN)
+
+# Admins manage users and configuration but hold no gate or audit-changing permission
+# (separation of duties): they are staff, never superusers.
+ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
+    ANALYST: ("oversight.submit_case",),
+    OFFICER: ("oversight.view_all_cases", "oversight.decide_gate", "oversight.edit_plan"),
+    AUDITOR: ("oversight.view_all_cases", "oversight.view_audit", "oversight.export_audit"),
+    ADMIN: (
+        "oversight.configure",
+        "auth.view_user",
+        "auth.add_user",
+        "auth.change_user",
+        "auth.view_group",
+    ),
+}
+
+
+def role_of(user: AbstractBaseUser | AnonymousUser) -> str | None:
+    """Return the user's role (the first of their role groups), or None."""
+    if not user.is_authenticated:
+        return None
+    names = {group.name for group in user.groups.all()}  # type: ignore[attr-defined]
+    return next((role for role in ROLES if role in names), None)
+
+
+def _permission(codename: str) -> Permission:
+    app_label, code = codename.split(".", 1)
+    return Permission.objects.get(content_type__app_label=app_label, codename=code)
+
+
+def sync_roles() -> None:
+    """Create the role groups and set exactly their permissions; idempotent."""
+    for role, codenames in ROLE_PERMISSIONS.items():
+        group, _ = Group.objects.get_or_create(name=role)
+        group.permissions.set([_permission(c) for c in codenames])
+
+
+def sync_roles_after_migrate(sender: Any, apps: Any = global_apps, **kwargs: Any) -> None:
+    """Run sync_roles once oversight has migrated, after every app's permissions exist."""
+    for app_config in global_apps.get_app_configs():
+        create_permissions(app_config, verbosity=0, using=kwargs.get("using", "default"))
+    sync_roles()

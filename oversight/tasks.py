@@ -1,0 +1,16 @@
+"""Oversight Celery tasks."""
+
+from __future__ import annotations
+
+import socket
+
+from celery import shared_task
+from django.contrib.auth import get_user_model
+from django.db import connection
+
+
+@shared_task(name="oversight.ping")
+def ping(username: str) -> dict[str, object]:
+    """Answer with the worker's host, its database vendor and whether it sees the user."""
+    exists = get_user_model().objects.filter(username=username).exists()
+    return {"host": socket.gethostname(), "database": connection.vendor, "user_exists": exists}

@@ -1,0 +1,111 @@
+"""Oversight pages: each role's home, the audit trail, and the health endpoint."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery import current_app
+from django.conf import settings
+from django.contrib.auth.decorators import login_not_required, permission_required
+from django.core.paginator import Paginator
+from django.db import connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+from django_htmx.middleware import HtmxDetails
+
+from oversight import roles
+from oversight.models import AuditEvent, WorkerHeartbeat
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+@require_GET
+def home(request: HtmxHttpRequest) -> HttpResponse:
+    """Show the signed-in user the landing page of their role."""
+    role = roles.role_of(request.user)
+    context: dict[str, object] = {"role": role}
+    if request.user.has_perm("oversight.view_audit"):
+        context["recent_events"] = AuditEvent.objects.order_by("-time", "-id")[:10]
+    return render(request, "oversight/home.html", context)
+
+
+@require_GET
+@permission_required("oversight.view_audit", raise_exception=True)
+def audit_list(request: HtmxHttpRequest) -> HttpResponse:
+    """List audit events, newest first, optionally filtered by action prefix and chain."""
+    events = AuditEvent.objects.order_by("-time", "-id")
+    action = request.GET.get("action", "").strip()
+    chain = request.GET.get("chain", "").strip()
+    if action:
+        events = events.filter(action__startswith=action)
+    if chain:
+        events = events.filter(chain=chain)
+    page = Paginator(events, 50).get_page(request.GET.get("page"))
+    context = {"page": page, "action": action, "chain": chain}
+    template = "oversight/audit_list.html"
+    if request.htmx:
+        template += "#audit-table"
+    return render(request, template, context)
+
+
+def _database_status() -> dict[str, object]:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except Exception as exc:
+        return {"ok": False, "vendor": connection.vendor, "error": type(exc).__name__}
+    return {"ok": True, "vendor": connection.vendor}
+
+
+def _broker_status() -> dict[str, object]:
+    app = current_app
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=3)
+            transport = conn.transport_cls
+    except Exception as exc:
+        return {"ok": False, "error": type(exc).__name__}
+    return {"ok": True, "transport": str(transport)}
+
+
+def _worker_status() -> dict[str, object]:
+    stale_after = timedelta(seconds=settings.CASEHUB_HEARTBEAT_STALE_S)
+    try:
+        beats = list(WorkerHeartbeat.objects.order_by("-last_seen")[:20])
+    except Exception as exc:
+        return {"ok": False, "workers": [], "error": type(exc).__name__}
+    now = timezone.now()
+    alive = [b for b in beats if now - b.last_seen <= stale_after]
+    return {
+        "ok": bool(alive),
+        "alive": len(alive),
+        "workers": [
+            {
+                "hostname": b.hostname,
+                "last_seen": b.last_seen.isoformat(),
+                "age_s": round((now - b.last_seen).total_seconds(), 1),
+            }
+            for b in beats
+        ],
+    }
+
+
+@never_cache
+@login_not_required
+@require_GET
+def health(request: HttpRequest) -> JsonResponse:
+    """Report database, broker and worker heartbeat; 200 when all are healthy, else 503."""
+    checks = {
+        "database": _database_status(),
+        "broker": _broker_status(),
+        "worker": _worker_status(),
+    }
+    healthy = all(check["ok"] for check in checks.values())
+    body = {"status": "ok" if healthy else "degraded", **checks}
+    return JsonResponse(body, status=200 if healthy else 503)

@@ -1,0 +1,197 @@
+"""Shared fixtures: personas, a real Celery worker process, and a real headless browser."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import personas
+
+ROOT = Path(__file__).resolve().parent.parent
+# CI sets this so that a test skipped for want of a service or a browser fails the run instead.
+FAIL_ON_SKIP = os.environ.get("CASEHUB_FAIL_ON_SKIP", "") == "1"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if FAIL_ON_SKIP and report.skipped:
+        report.outcome = "failed"
+        report.longrepr = f"skipped, but CASEHUB_FAIL_ON_SKIP=1 forbids skips: {report.longrepr}"
+
+
+# Personas ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def analyst(db: None) -> Any:
+    return personas.analyst()
+
+
+@pytest.fixture
+def officer(db: None) -> Any:
+    return personas.officer()
+
+
+@pytest.fixture
+def second_officer(db: None) -> Any:
+    return personas.second_officer()
+
+
+@pytest.fixture
+def auditor(db: None) -> Any:
+    return personas.auditor()
+
+
+@pytest.fixture
+def admin_user(db: None) -> Any:
+    return personas.admin()
+
+
+@pytest.fixture
+def outsider(db: None) -> Any:
+    return personas.outsider()
+
+
+# A real Celery worker process -------------------------------------------------------------------
+
+
+def _database_url(settings_dict: dict[str, Any]) -> str:
+    engine = settings_dict["ENGINE"]
+    if engine.endswith("sqlite3"):
+        return f"sqlite:///{settings_dict['NAME']}"
+    user = settings_dict.get("USER") or ""
+    password = settings_dict.get("PASSWORD") or ""
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    host = settings_dict.get("HOST") or "localhost"
+    port = settings_dict.get("PORT") or "5432"
+    return f"postgres://{auth}{host}:{port}/{settings_dict['NAME']}"
+
+
+class WorkerProcess:
+    """A `celery worker` subprocess on the test database and the configured broker."""
+
+    def __init__(self, extra_env: dict[str, str] | None = None, concurrency: int = 4) -> None:
+        from django.db import connection
+
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": _database_url(connection.settings_dict),
+            "CASEHUB_HEARTBEAT_INTERVAL_S": "1",
+            **(extra_env or {}),
+        }
+        self.concurrency = concurrency
+        self.log_path = ROOT / "var" / f"test-worker-{os.getpid()}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        from celery import current_app
+
+        current_app.control.purge()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            [
+                sys.executable, "-m", "celery", "-A", "casehub", "worker",
+                "--loglevel", "INFO", "--pool", "threads",
+                "--concurrency", str(self.concurrency),
+                "--hostname", f"test-{os.getpid()}@%h", "--without-mingle", "--without-gossip",
+            ],
+            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+@pytest.fixture
+def worker_process(transactional_db: None) -> Iterator[WorkerProcess]:
+    """Start a real worker for one test and wait until it answers a ping."""
+    from oversight.tasks import ping
+
+    worker = WorkerProcess().start()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                ping.apply_async(args=["nobody"]).get(timeout=2)
+                break
+            except Exception:
+                if worker.process is not None and worker.process.poll() is not None:
+                    pytest.fail(f"the worker exited early:\n{worker.log()[-4000:]}")
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the worker did not answer within 60 s:\n{worker.log()[-4000:]}")
+        yield worker
+    finally:
+        worker.stop()
+
+
+# A real headless browser ------------------------------------------------------------------------
+
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    # Nothing may leave loopback.
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE localhost , EXCLUDE 127.0.0.1",
+]
+
+
+def chromium_path() -> str | None:
+    return os.environ.get("CASEHUB_CHROMIUM") or shutil.which("chromium")
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """Launch Debian's chromium through Playwright (never a downloaded browser)."""
+    executable = chromium_path()
+    if executable is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API runs an event loop in this thread; the test body's ORM calls are
+    # still synchronous, so Django's async-safety guard must be told.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield instance
+        instance.close()
+
+
+@pytest.fixture
+def page(browser: Any, live_server: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A fresh browser context and page; a screenshot lands under test-results/ on teardown."""
+    context = browser.new_context(base_url=live_server.url)
+    page = context.new_page()
+    yield page
+    out = ROOT / "test-results" / request.node.name
+    out.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(out / "last.png"), full_page=True)
+    context.close()

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+
+from oversight.models import WorkerHeartbeat
+from oversight.tasks import ping
+from tests import personas
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_task_round_trips_through_a_real_worker_on_the_same_database(worker_process) -> None:
+    personas.analyst("roundtrip")
+    result = ping.apply_async(args=["roundtrip"]).get(timeout=30)
+    assert result["user_exists"] is True
+    assert result["database"] == connection.vendor
+    assert worker_process.env["DATABASE_URL"]
+    assert settings.CELERY_BROKER_URL.split("://")[0] in {"filesystem", "redis", "amqp"}
+
+
+def test_health_turns_ok_once_the_worker_beats(worker_process) -> None:
+    deadline = time.monotonic() + 20
+    while not WorkerHeartbeat.objects.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    response = Client().get("/health")
+    assert response.status_code == 200, response.content
+    assert response.json()["worker"]["alive"] >= 1
