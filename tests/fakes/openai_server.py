@@ -148,7 +148,9 @@ class FakeOpenAIServer:
         httpd.daemon_threads = True
         httpd.request_queue_size = 128
         self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, name="fake-openai", daemon=True)
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, args=(0.05,), name="fake-openai", daemon=True
+        )
         self._thread.start()
         return self
 

@@ -36,6 +36,7 @@ __all__ = [
     "LlmSettings",
     "extract_json",
     "format_validation_error",
+    "jsonable",
     "parse_response",
     "request_hash",
     "strict_json_schema",
@@ -186,8 +187,19 @@ class LlmResult[T: BaseModel]:
         return self.prompt_tokens + self.completion_tokens
 
 
+def jsonable(value: Any) -> Any:
+    """Convert what `json` cannot serialise (read-only mappings, sets) to plain JSON values."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=repr)
+    return str(value)
+
+
 def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=jsonable
+    )
 
 
 def _sha256(text: str) -> str:

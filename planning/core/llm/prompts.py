@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from planning.core.llm.client import jsonable
 from planning.core.tree import Goal
 
 __all__ = [
@@ -86,7 +87,7 @@ def system_prompt(*, is_last_level: bool, max_steps: int) -> str:
 
 def render_state(state: Mapping[str, Any]) -> str:
     """Render the planning state as stable, indented JSON (truncated when very large)."""
-    text = json.dumps(state, sort_keys=True, indent=2, default=str, ensure_ascii=False)
+    text = json.dumps(state, sort_keys=True, indent=2, default=jsonable, ensure_ascii=False)
     if len(text) > MAX_STATE_CHARS:
         return text[:MAX_STATE_CHARS] + "\n... (state truncated)"
     return text

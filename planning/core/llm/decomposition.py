@@ -1,0 +1,477 @@
+"""Recursive LLM decomposition with a depth ceiling, expanded concurrently (DESIGN §3).
+
+The root goal is decomposed by one call; every nested entry of the answer becomes a compound that
+is decomposed by its own call one level deeper, with the parent goal and the sibling tasks in its
+prompt. Sibling compounds are expanded at the same time on a thread pool, so the wall-clock time
+grows with the depth, not with the number of calls. The whole tree is resolved before a `DagPlan`
+is returned; on any failure nothing is returned.
+
+The scheduling machinery (`ExpansionJob`, `Expansion`, `PlanningRun`) is shared with the hybrid
+strategy in `planning.core.hybrid`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from planning.core.dag import DagPlan
+from planning.core.errors import BudgetExceeded, LlmPlanningError
+from planning.core.llm.cache import DecompositionCache
+from planning.core.llm.client import ChatMessage, LlmClient, parse_response, strict_json_schema
+from planning.core.llm.prompts import AgentInfo, repair_prompt, system_prompt, user_prompt
+from planning.core.llm.schemas import (
+    AgentPlanResponse,
+    AgentStep,
+    NestedPlanResponse,
+    Step,
+    SubtaskStep,
+)
+from planning.core.tree import Compound, Goal, Leaf, Node, Provenance, StrategyName
+
+__all__ = [
+    "Expansion",
+    "ExpansionJob",
+    "LlmBudgets",
+    "LlmDecomposition",
+    "PlanningRun",
+    "expected_calls",
+]
+
+NESTED_SCHEMA_NAME = "nested_plan"
+AGENT_SCHEMA_NAME = "agent_plan"
+_NESTED_SCHEMA = MappingProxyType(strict_json_schema(NestedPlanResponse))
+_AGENT_SCHEMA = MappingProxyType(strict_json_schema(AgentPlanResponse))
+
+
+def expected_calls(branching: int, depth: int) -> int:
+    """Return 1 + b + … + b^(d-1): the calls a full tree of fan-out b and depth d needs.
+
+    Raises ValueError for a branching factor or depth below 1.
+    """
+    if branching < 1 or depth < 1:
+        raise ValueError("branching and depth must be >= 1")
+    return sum(branching**level for level in range(depth))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LlmBudgets:
+    """Ceilings for one planning run; exceeding one raises `BudgetExceeded`."""
+
+    max_calls: int = 50
+    max_tokens: int = 500_000
+    max_leaves: int = 200
+    max_fanout: int = 10
+
+    def __post_init__(self) -> None:
+        for name in ("max_calls", "max_tokens", "max_leaves", "max_fanout"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpansionJob:
+    """A compound waiting to be decomposed.
+
+    `depth` is the compound's depth in the tree (root 0); `level` counts the LLM levels above it
+    in its LLM-planned subtree (0 where the LLM takes over); `namespaced` marks compounds the
+    model created, whose statically planned children get keys prefixed with the parent's key.
+    """
+
+    key: str
+    goal: Goal
+    depth: int
+    level: int = 0
+    depends_on: tuple[str, ...] | None = None
+    hint: str = ""
+    namespaced: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Expansion:
+    """The children of one compound; jobs among them are compounds still to decompose."""
+
+    strategy: StrategyName
+    source: str
+    children: tuple[Node | ExpansionJob, ...]
+    warnings: tuple[str, ...] = ()
+
+
+class _Cancelled(Exception):
+    """Raised inside a worker when the run has already failed."""
+
+
+class PlanningRun:
+    """The shared counters, budgets and thread pool of one planning run."""
+
+    def __init__(self, budgets: LlmBudgets, *, max_concurrency: int) -> None:
+        self.budgets = budgets
+        self.max_concurrency = max_concurrency
+        self._lock = threading.Lock()
+        self._cancelled = threading.Event()
+        self.calls = 0
+        self.cache_hits = 0
+        self.tokens = 0
+        self.leaves = 0
+
+    def check_cancelled(self) -> None:
+        """Raise `_Cancelled` when another branch of the run has failed."""
+        if self._cancelled.is_set():
+            raise _Cancelled
+
+    def reserve_call(self) -> int:
+        """Count one more model call and return its number; raise `BudgetExceeded`."""
+        with self._lock:
+            self.check_cancelled()
+            if self.calls + 1 > self.budgets.max_calls:
+                raise BudgetExceeded("llm_calls", self.budgets.max_calls, self.calls + 1)
+            self.calls += 1
+            return self.calls
+
+    def record_cache_hit(self) -> None:
+        """Count an answer served from the cache."""
+        with self._lock:
+            self.cache_hits += 1
+
+    def add_tokens(self, tokens: int) -> None:
+        """Add the tokens of a call; raise `BudgetExceeded` past the token ceiling."""
+        with self._lock:
+            self.tokens += tokens
+            if self.tokens > self.budgets.max_tokens:
+                raise BudgetExceeded("llm_tokens", self.budgets.max_tokens, self.tokens)
+
+    def add_leaves(self, count: int) -> None:
+        """Add planned leaves; raise `BudgetExceeded` past the leaf ceiling."""
+        with self._lock:
+            self.leaves += count
+            if self.leaves > self.budgets.max_leaves:
+                raise BudgetExceeded("leaves", self.budgets.max_leaves, self.leaves)
+
+    def check_fanout(self, count: int) -> None:
+        """Raise `BudgetExceeded` when one decomposition has more children than allowed."""
+        if count > self.budgets.max_fanout:
+            raise BudgetExceeded("fan_out", self.budgets.max_fanout, count)
+
+    def execute(
+        self, root: ExpansionJob, expand: Callable[[ExpansionJob], Expansion]
+    ) -> tuple[Compound, tuple[str, ...]]:
+        """Expand `root` and every job it yields, concurrently; return the tree and warnings.
+
+        The first failure cancels the jobs not yet started, lets running ones finish their
+        current call, and is re-raised; no partial tree is returned.
+        """
+        expansions: dict[str, Expansion] = {}
+        pool = ThreadPoolExecutor(
+            max_workers=self.max_concurrency, thread_name_prefix="casehub-plan"
+        )
+        pending: dict[Future[Expansion], ExpansionJob] = {}
+        try:
+            pending[pool.submit(expand, root)] = root
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in sorted(done, key=lambda f: pending[f].key):
+                    job = pending.pop(future)
+                    expansion = future.result()
+                    expansions[job.key] = expansion
+                    for child in expansion.children:
+                        if isinstance(child, ExpansionJob):
+                            pending[pool.submit(expand, child)] = child
+        except BaseException:
+            self._cancelled.set()
+            for future in pending:
+                future.cancel()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        warnings: list[str] = []
+        tree = _assemble(root, expansions, warnings)
+        return tree, tuple(warnings)
+
+
+def _assemble(job: ExpansionJob, expansions: Mapping[str, Expansion], out: list[str]) -> Compound:
+    expansion = expansions[job.key]
+    out.extend(expansion.warnings)
+    children: list[Node] = []
+    for child in expansion.children:
+        if isinstance(child, ExpansionJob):
+            children.append(_assemble(child, expansions, out))
+        else:
+            children.append(child)
+    return Compound(
+        key=job.key,
+        name=job.goal.name,
+        description=job.goal.description,
+        children=tuple(children),
+        depends_on=job.depends_on,
+        provenance=Provenance(
+            strategy=expansion.strategy, source=expansion.source, depth=job.depth
+        ),
+    )
+
+
+def child_key(parent: ExpansionJob, step_id: str) -> str:
+    """Return the tree key of a model-planned child: its id, prefixed below the root.
+
+    Prefixing with the parent's key ("prepare-report.1") keeps keys unique across the tree.
+    """
+    if parent.depth == 0 and step_id != parent.key:
+        return step_id
+    return f"{parent.key}.{step_id}"
+
+
+def _label(step: Step) -> str:
+    return step.task if isinstance(step, AgentStep) else step.subtask
+
+
+def _resolve_dependencies(
+    steps: Sequence[Step], kept: set[str]
+) -> dict[str, tuple[str, ...] | None]:
+    """Return each kept step's dependencies, passing through those on dropped steps."""
+    explicit: dict[str, tuple[str, ...]] = {}
+    previous: str | None = None
+    for step in steps:
+        if step.depends_on is None:
+            explicit[step.id] = () if previous is None else (previous,)
+        else:
+            explicit[step.id] = tuple(dict.fromkeys(step.depends_on))
+        previous = step.id
+    if len(kept) == len(steps):
+        return {step.id: None if step.depends_on is None else explicit[step.id] for step in steps}
+
+    def through(step_id: str) -> tuple[str, ...]:
+        # a dropped step's dependents wait for what the dropped step waited for
+        if step_id in kept:
+            return (step_id,)
+        return tuple(d for dep in explicit[step_id] for d in through(dep))
+
+    return {
+        step.id: tuple(dict.fromkeys(d for dep in explicit[step.id] for d in through(dep)))
+        for step in steps
+        if step.id in kept
+    }
+
+
+class LlmDecomposition:
+    """Plan a goal by asking the model, recursively, down to `max_depth` levels."""
+
+    strategy_name: StrategyName = "llm"
+
+    def __init__(
+        self,
+        client: LlmClient,
+        agents: Sequence[AgentInfo],
+        *,
+        max_depth: int = 2,
+        budgets: LlmBudgets | None = None,
+        cache: DecompositionCache | None = None,
+        max_repairs: int = 2,
+        max_concurrency: int = 32,
+    ) -> None:
+        """Configure the planner; raise ValueError for a depth below 1 or no enabled agent."""
+        if max_depth < 1:
+            raise ValueError("max_depth must be >= 1")
+        if not 0 <= max_repairs <= 5:
+            raise ValueError("max_repairs must be between 0 and 5")
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be >= 1")
+        self.client = client
+        self.agents: tuple[AgentInfo, ...] = tuple(
+            agent for agent in agents if getattr(agent, "enabled", True)
+        )
+        if not self.agents:
+            raise ValueError("LLM planning needs at least one enabled agent")
+        self._agent_slugs = frozenset(agent.slug for agent in self.agents)
+        self.max_depth = max_depth
+        self.budgets = budgets or LlmBudgets()
+        self.cache = cache
+        self.max_repairs = max_repairs
+        self.max_concurrency = max_concurrency
+
+    def expected_calls(self, branching: int | None = None) -> int:
+        """Return the calls a full tree needs at this depth (fan-out defaults to the budget)."""
+        return expected_calls(branching or self.budgets.max_fanout, self.max_depth)
+
+    def new_run(self) -> PlanningRun:
+        """Return fresh counters for one planning run."""
+        return PlanningRun(self.budgets, max_concurrency=self.max_concurrency)
+
+    def plan(self, goal: Goal, state: Mapping[str, Any]) -> DagPlan:
+        """Decompose `goal` fully and return the plan.
+
+        Raises `LlmPlanningError` (transport failure, answer still invalid after the repairs,
+        no usable step for a goal), `BudgetExceeded`, or `PlanInvalid`.
+        """
+        frozen_state = MappingProxyType(dict(state))
+        run = self.new_run()
+        root = ExpansionJob(key=goal.name, goal=goal, depth=0, level=0)
+        tree, warnings = run.execute(
+            root, lambda job: self.expand(run, job, frozen_state, strategy=self.strategy_name)
+        )
+        return DagPlan.build(tree, warnings=warnings, llm_calls=run.calls)
+
+    # -- one compound ----------------------------------------------------------------------------
+
+    def is_last_level(self, job: ExpansionJob) -> bool:
+        """Tell whether `job`'s answer may contain agent assignments only."""
+        return job.level >= self.max_depth - 1
+
+    def messages_for(self, job: ExpansionJob, state: Mapping[str, Any]) -> list[ChatMessage]:
+        """Return the system and user messages that ask to decompose `job`."""
+        return [
+            {
+                "role": "system",
+                "content": system_prompt(
+                    is_last_level=self.is_last_level(job), max_steps=self.budgets.max_fanout
+                ),
+            },
+            {
+                "role": "user",
+                "content": user_prompt(job.goal, self.agents, state, hint=job.hint),
+            },
+        ]
+
+    def expand(
+        self,
+        run: PlanningRun,
+        job: ExpansionJob,
+        state: Mapping[str, Any],
+        *,
+        strategy: StrategyName,
+    ) -> Expansion:
+        """Decompose one compound with the model (or the cache) into leaves and jobs.
+
+        Raises `LlmPlanningError`, `BudgetExceeded`.
+        """
+        run.check_cancelled()
+        response, source = self._answer(run, job, state)
+        return self._to_expansion(run, job, response, source, strategy)
+
+    def _answer(
+        self, run: PlanningRun, job: ExpansionJob, state: Mapping[str, Any]
+    ) -> tuple[NestedPlanResponse, str]:
+        last = self.is_last_level(job)
+        schema_name = AGENT_SCHEMA_NAME if last else NESTED_SCHEMA_NAME
+        schema = _AGENT_SCHEMA if last else _NESTED_SCHEMA
+        messages = self.messages_for(job, state)
+        cache_key = self.client.request_hash(messages, schema_name, schema)
+        if self.cache is not None:
+            cached = self.cache.get(cache_key)
+            if cached is not None:
+                parsed, _ = parse_response(cached, NestedPlanResponse)
+                if parsed is not None:
+                    run.record_cache_hit()
+                    return parsed, f"llm:cache:{cache_key[:12]}"
+        error = ""
+        for attempt in range(self.max_repairs + 1):
+            number = run.reserve_call()
+            try:
+                result = self.client.complete_json(
+                    messages,
+                    NestedPlanResponse,
+                    schema_name=schema_name,
+                    json_schema=schema,
+                    call_id=f"llm:{number}",
+                )
+            except LlmPlanningError as exc:
+                raise LlmPlanningError(
+                    f"planning goal {job.goal.name!r} at depth {job.depth}: {exc.message}"
+                ) from exc
+            run.add_tokens(result.total_tokens)
+            if result.parsed is not None:
+                if self.cache is not None:
+                    self.cache.put(cache_key, result.text)
+                return result.parsed, f"llm:{number}"
+            error = result.validation_error or "the answer did not validate"
+            if attempt < self.max_repairs:
+                run.check_cancelled()
+                messages = [
+                    *messages,
+                    {"role": "assistant", "content": result.text},
+                    {"role": "user", "content": repair_prompt(error)},
+                ]
+        raise LlmPlanningError(
+            f"the LLM's decomposition of goal {job.goal.name!r} at depth {job.depth} was still "
+            f"invalid after {self.max_repairs} repair request(s): {error}"
+        )
+
+    def _to_expansion(
+        self,
+        run: PlanningRun,
+        job: ExpansionJob,
+        response: NestedPlanResponse,
+        source: str,
+        strategy: StrategyName,
+    ) -> Expansion:
+        steps = list(response.steps)
+        if not steps:
+            raise LlmPlanningError(
+                f"the LLM returned an empty plan for goal {job.goal.name!r} at depth {job.depth}"
+            )
+        run.check_fanout(len(steps))
+        last = self.is_last_level(job)
+        warnings: list[str] = []
+        kept: list[Step] = []
+        for step in steps:
+            if isinstance(step, SubtaskStep) and last:
+                warnings.append(
+                    f"dropped nested step {step.id!r} ({step.subtask!r}) of goal "
+                    f"{job.goal.name!r}: the depth ceiling (max_depth={self.max_depth}) allows "
+                    "only agent assignments at this level"
+                )
+            elif isinstance(step, AgentStep) and step.agent not in self._agent_slugs:
+                warnings.append(
+                    f"dropped step {step.id!r} ({step.task!r}) of goal {job.goal.name!r}: "
+                    f"unknown or disabled agent {step.agent!r}"
+                )
+            else:
+                kept.append(step)
+        if not kept:
+            raise LlmPlanningError(
+                f"the LLM returned no usable step for goal {job.goal.name!r} at depth "
+                f"{job.depth}: " + "; ".join(warnings)
+            )
+        dependencies = _resolve_dependencies(steps, {step.id for step in kept})
+        labels = {step.id: _label(step) for step in kept}
+        provenance = Provenance(strategy=strategy, source=source, depth=job.depth + 1)
+        children: list[Leaf | ExpansionJob] = []
+        for step in kept:
+            key = child_key(job, step.id)
+            deps = dependencies[step.id]
+            depends_on = None if deps is None else tuple(child_key(job, d) for d in deps)
+            if isinstance(step, AgentStep):
+                children.append(
+                    Leaf(
+                        key=key,
+                        agent=step.agent,
+                        task=step.task,
+                        rationale=step.rationale,
+                        depends_on=depends_on,
+                        provenance=provenance,
+                    )
+                )
+            else:
+                children.append(
+                    ExpansionJob(
+                        key=key,
+                        goal=Goal(
+                            name=step.subtask,
+                            description=step.description,
+                            parent=job.goal.name,
+                            siblings=tuple(
+                                label for sid, label in labels.items() if sid != step.id
+                            ),
+                        ),
+                        depth=job.depth + 1,
+                        level=job.level + 1,
+                        depends_on=depends_on,
+                        namespaced=True,
+                    )
+                )
+        run.add_leaves(sum(1 for child in children if isinstance(child, Leaf)))
+        return Expansion(
+            strategy=strategy, source=source, children=tuple(children), warnings=tuple(warnings)
+        )
