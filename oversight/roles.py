@@ -26,6 +26,13 @@ ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
         "auth.add_user",
         "auth.change_user",
         "auth.view_group",
+        "planning.view_agent",
+        "planning.add_agent",
+        "planning.change_agent",
+        "planning.view_tool",
+        "planning.change_tool",
+        "planning.view_domainpack",
+        "planning.change_domainpack",
     ),
 }
 

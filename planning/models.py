@@ -1,0 +1,338 @@
+"""Planning models: cases, immutable plan versions and their nodes, agents, tools, packs,
+LLM call records, the decomposition cache, and the invoice pack's demo ERP data."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Strategy(models.TextChoices):
+    STATIC = "static", "Static methods"
+    FORWARD = "forward", "Forward reasoning (SHOP-style)"
+    GOAL = "goal", "Goal-oriented search (A*)"
+    LLM = "llm", "Recursive LLM decomposition"
+    HYBRID = "hybrid", "Hybrid: static first, LLM fallback"
+
+
+PACK_STRATEGIES = {Strategy.STATIC, Strategy.FORWARD, Strategy.GOAL}
+LLM_STRATEGIES = {Strategy.LLM, Strategy.HYBRID}
+
+
+class CaseStatus(models.TextChoices):
+    PLANNING = "planning"
+    PLAN_FAILED = "plan_failed"
+    AWAITING_APPROVAL = "awaiting_approval"
+    APPROVED = "approved"
+    EXECUTING = "executing"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    REJECTED = "rejected"
+
+
+# While a case is in one of these states its page keeps refreshing itself.
+LIVE_STATUSES = {CaseStatus.PLANNING, CaseStatus.APPROVED, CaseStatus.EXECUTING}
+
+
+class DomainPack(models.Model):
+    """A domain method pack registered in code (planning/packs); admins may disable it."""
+
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Tool(models.Model):
+    """A tool registered in code; its risk class is editable by admins."""
+
+    class Risk(models.TextChoices):
+        READ = "read"
+        WRITE = "write"
+        FINANCIAL = "financial"
+        EXTERNAL = "external"
+        DESTRUCTIVE = "destructive"
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    pack = models.ForeignKey(DomainPack, null=True, blank=True, on_delete=models.PROTECT)
+    risk = models.CharField(max_length=16, choices=Risk.choices)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Agent(models.Model):
+    """An agent plans may assign leaves to, configured by admins."""
+
+    class Kind(models.TextChoices):
+        TOOL = "tool", "Tool (a registered Python callable)"
+        LLM = "llm", "LLM (an OpenAI-compatible chat model)"
+        HUMAN = "human", "Human (a work item for a user group)"
+
+    slug = models.SlugField(max_length=100, unique=True)
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    capabilities = models.JSONField(default=list, blank=True)
+    tools = models.JSONField(default=list, blank=True, help_text="Tool names this agent may call.")
+    trust = models.FloatField(default=0.5)
+    model = models.CharField(max_length=200, blank=True, help_text="Overrides CASEHUB_LLM_MODEL.")
+    system_prompt = models.TextField(blank=True)
+    enabled = models.BooleanField(default=True)
+    pack = models.ForeignKey(DomainPack, null=True, blank=True, on_delete=models.PROTECT)
+
+    class Meta:
+        ordering = ["slug"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(trust__gte=0) & Q(trust__lte=1), name="agent_trust_between_0_and_1"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Case(models.Model):
+    """A goal submitted by an analyst, planned into a DAG and reviewed before it runs."""
+
+    title = models.CharField(max_length=200)
+    goal = models.CharField(max_length=500)
+    description = models.TextField(blank=True)
+    inputs = models.JSONField(default=dict, blank=True)
+    domain = models.CharField(max_length=50, blank=True, help_text="Domain pack slug, if any.")
+    strategy = models.CharField(max_length=10, choices=Strategy.choices)
+    max_depth = models.PositiveSmallIntegerField(default=2)
+    submitter = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="cases"
+    )
+    status = models.CharField(max_length=20, choices=CaseStatus.choices, default=CaseStatus.PLANNING)
+    error = models.TextField(blank=True)
+    current_version = models.ForeignKey(
+        "PlanVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["status", "-created_at"]),
+            models.Index(fields=["submitter", "-created_at"]),
+            models.Index(fields=["domain", "-created_at"]),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(max_depth__gte=1) & Q(max_depth__lte=5), name="case_max_depth_1_to_5"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.title}"
+
+    @property
+    def is_live(self) -> bool:
+        return self.status in LIVE_STATUSES
+
+
+class PlanVersion(models.Model):
+    """An immutable snapshot of a materialised plan: its tree and DAG as PlanNode rows."""
+
+    case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="versions")
+    number = models.PositiveIntegerField()
+    strategy = models.CharField(max_length=10, choices=Strategy.choices)
+    content_hash = models.CharField(max_length=64)
+    warnings = models.JSONField(default=list, blank=True)
+    llm_calls = models.PositiveIntegerField(default=0)
+    leaf_count = models.PositiveIntegerField(default=0)
+    critical_path = models.PositiveIntegerField(default=0)
+    width = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["case", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["case", "number"], name="plan_version_number_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.case_id} v{self.number}"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if self.pk is not None and not kwargs.get("force_insert"):
+            raise ValueError("plan versions are immutable: create a new version instead")
+        super().save(*args, **kwargs)  # type: ignore[arg-type]
+
+
+class NodeStatus(models.TextChoices):
+    PENDING = "pending"
+    AWAITING_APPROVAL = "awaiting_approval"
+    READY = "ready"
+    RUNNING = "running"
+    RETRYING = "retrying"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+    BLOCKED = "blocked"
+
+
+class PlanNode(models.Model):
+    """A compound task or a leaf of one plan version."""
+
+    class Kind(models.TextChoices):
+        COMPOUND = "compound"
+        LEAF = "leaf"
+
+    version = models.ForeignKey(PlanVersion, on_delete=models.PROTECT, related_name="nodes")
+    key = models.CharField(max_length=200)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+    )
+    position = models.PositiveIntegerField(help_text="Order of the node in the tree (pre-order).")
+    depth = models.PositiveSmallIntegerField(default=0)
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    name = models.CharField(max_length=300, blank=True)
+    description = models.TextField(blank=True)
+    agent = models.CharField(max_length=100, blank=True)
+    task = models.TextField(blank=True)
+    rationale = models.TextField(blank=True)
+    tool = models.CharField(max_length=100, blank=True)
+    inputs = models.JSONField(default=dict, blank=True)
+    depends_on = models.JSONField(default=list, blank=True, help_text="Leaf keys (resolved DAG).")
+    declared_depends_on = models.JSONField(
+        null=True, blank=True, help_text="Sibling keys as planned; null means after the previous."
+    )
+    expected_output = models.CharField(max_length=100, blank=True)
+    failure_policy = models.CharField(max_length=10, blank=True)
+    risk = models.CharField(max_length=16, blank=True)
+    provenance = models.JSONField(default=dict)
+    status = models.CharField(max_length=20, choices=NodeStatus.choices, default=NodeStatus.PENDING)
+
+    class Meta:
+        ordering = ["version", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["version", "key"], name="plan_node_key_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.key
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.kind == self.Kind.LEAF
+
+
+class LlmCall(models.Model):
+    """One request to the LLM provider, recorded for the audit trail."""
+
+    case = models.ForeignKey(
+        Case, null=True, blank=True, on_delete=models.PROTECT, related_name="llm_calls"
+    )
+    model = models.CharField(max_length=200)
+    purpose = models.CharField(max_length=100, blank=True)
+    prompt = models.JSONField(default=list)
+    prompt_hash = models.CharField(max_length=64)
+    response = models.TextField(blank=True)
+    response_hash = models.CharField(max_length=64, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    latency_ms = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.model} call {self.pk}"
+
+
+class DecompositionCacheEntry(models.Model):
+    """A stored LLM decomposition answer, reused for identical requests."""
+
+    key = models.CharField(max_length=64, unique=True)
+    response = models.TextField()
+    hits = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.key[:12]
+
+
+class ApiToken(models.Model):
+    """A bearer token for the JSON API; only its SHA-256 is stored."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"token of {self.user_id}"
+
+
+# The invoice pack's demo ERP -----------------------------------------------------------------
+
+
+class ErpSupplier(models.Model):
+    supplier_id = models.CharField(max_length=20, unique=True)
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=20)
+    bank_account = models.CharField(max_length=64)
+
+    def __str__(self) -> str:
+        return f"{self.supplier_id} {self.name}"
+
+
+class ErpPurchaseOrder(models.Model):
+    po_number = models.CharField(max_length=20, unique=True)
+    supplier_id = models.CharField(max_length=20)
+    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    invoiced = models.DecimalField(max_digits=14, decimal_places=2)
+
+    def __str__(self) -> str:
+        return self.po_number
+
+
+class ErpInvoiceDocument(models.Model):
+    invoice_id = models.CharField(max_length=20, unique=True)
+    text = models.TextField()
+
+    def __str__(self) -> str:
+        return self.invoice_id
+
+
+class ErpPayment(models.Model):
+    payment_id = models.CharField(max_length=20, unique=True)
+    invoice_id = models.CharField(max_length=20)
+    supplier_id = models.CharField(max_length=20, db_index=True)
+    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    paid_on = models.DateField()
+
+    def __str__(self) -> str:
+        return self.payment_id
+
+
+class ErpPaymentHold(models.Model):
+    hold_id = models.CharField(max_length=20, unique=True)
+    invoice_id = models.CharField(max_length=20)
+    reason = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.hold_id
