@@ -79,7 +79,8 @@ class ExpansionJob:
 
     `depth` is the compound's depth in the tree (root 0); `level` counts the LLM levels above it
     in its LLM-planned subtree (0 where the LLM takes over); `namespaced` marks compounds the
-    model created, whose statically planned children get keys prefixed with the parent's key.
+    model created, whose statically planned children get keys prefixed with the parent's key;
+    `preset` holds children a static method already supplied (decomposed by `preset_source`).
     """
 
     key: str
@@ -89,6 +90,8 @@ class ExpansionJob:
     depends_on: tuple[str, ...] | None = None
     hint: str = ""
     namespaced: bool = False
+    preset: tuple[Node, ...] = ()
+    preset_source: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
