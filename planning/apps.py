@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.apps import AppConfig
 
 
@@ -5,3 +7,15 @@ class PlanningConfig(AppConfig):
     name = "planning"
     verbose_name = "Planning"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
+        post_migrate.connect(_register_packs, sender=self)
+
+
+def _register_packs(sender: Any, **kwargs: Any) -> None:
+    # The packs, their tools and agents live in code; their rows must exist after every migrate.
+    from planning.catalogue import sync_packs
+
+    sync_packs()

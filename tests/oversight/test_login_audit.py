@@ -15,7 +15,9 @@ def test_login_failed_login_and_logout_are_recorded(client: Client) -> None:
     client.post("/login/", {"username": "ana", "password": personas.PASSWORD})
     client.post("/logout/")
 
-    events = list(AuditEvent.objects.filter(chain=SYSTEM_CHAIN).order_by("seq"))
+    events = list(
+        AuditEvent.objects.filter(chain=SYSTEM_CHAIN, action__startswith="auth.").order_by("seq")
+    )
     assert [e.action for e in events] == [
         "auth.login.failed",
         "auth.login.succeeded",

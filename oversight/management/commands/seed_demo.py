@@ -1,4 +1,5 @@
-"""Create the demo users, one per role plus a second compliance officer (demo mode only)."""
+"""Seed the demo: one user per role plus a second compliance officer, the domain packs with
+their agents and tools, and the invoice pack's demo ERP data (demo mode only)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from django.db import transaction
 
 from oversight import roles
 from oversight.audit import append_event
+from planning.catalogue import load_demo_erp, sync_packs
 
 DEMO_USERS: tuple[tuple[str, str, str], ...] = (
     ("analyst", roles.ANALYST, "Ana Lyst"),
@@ -35,6 +37,10 @@ class Command(BaseCommand):
             roles.sync_roles()
             for username, role, full_name in DEMO_USERS:
                 self._ensure_user(username, role, full_name, credentials[username])
+            sync_packs()
+            erp_rows = load_demo_erp()
+        if erp_rows:
+            self.stdout.write(f"Loaded {erp_rows} rows of demo ERP data for invoice verification.")
         self.stdout.write("Demo logins (demo mode only):")
         for username, role, _ in DEMO_USERS:
             self.stdout.write(f"  {username:<10} {credentials[username]:<24} {role}")

@@ -1,0 +1,411 @@
+"""Planning use cases. Each state change runs in one transaction with its audit events."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pydantic
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from oversight.audit import append_event, case_chain
+from planning.catalogue import all_tool_specs, current_catalogue, enabled_pack
+from planning.core.dag import DagPlan
+from planning.core.errors import PlanningError
+from planning.core.llm.client import LlmCallRecord
+from planning.core.serialize import content_hash
+from planning.core.tree import Compound, Leaf, Node, thaw
+from planning.core.validation import PlanLimits, validate_plan
+from planning.models import (
+    PACK_STRATEGIES,
+    ApiToken,
+    Case,
+    CaseStatus,
+    LlmCall,
+    NodeStatus,
+    PlanNode,
+    PlanVersion,
+    Strategy,
+)
+from planning.planner import CallLog, PlanningUnavailable, build_request
+
+logger = logging.getLogger(__name__)
+
+MAX_DEPTH_LIMIT = 5
+
+
+@dataclass
+class CaseInvalid(Exception):
+    """The submitted case does not validate; `errors` maps field paths to messages."""
+
+    errors: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def message(self) -> str:
+        fields = ", ".join(sorted(self.errors))
+        return f"The case is not valid: check {fields}."
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _field_path(prefix: str, loc: tuple[Any, ...]) -> str:
+    return ".".join([prefix, *(str(part) for part in loc)]) if loc else prefix
+
+
+def _validated_inputs(
+    domain: str, inputs: Mapping[str, Any], errors: dict[str, list[str]]
+) -> dict[str, Any]:
+    pack = enabled_pack(domain)
+    if pack is None:
+        errors.setdefault("domain", []).append(f"Unknown or disabled domain {domain!r}.")
+        return dict(inputs)
+    try:
+        model = pack.input_schema.model_validate(dict(inputs))
+    except pydantic.ValidationError as exc:
+        for error in exc.errors():
+            errors.setdefault(_field_path("inputs", tuple(error["loc"])), []).append(error["msg"])
+        return dict(inputs)
+    return model.model_dump(mode="json")
+
+
+@transaction.atomic
+def submit_case(
+    *,
+    submitter: AbstractBaseUser,
+    title: str,
+    goal: str,
+    description: str = "",
+    inputs: Mapping[str, Any] | None = None,
+    domain: str = "",
+    strategy: str,
+    max_depth: int = 2,
+) -> Case:
+    """Create a case in `planning` and enqueue its planning once the transaction commits.
+
+    Raises PermissionDenied when the user may not submit cases, and CaseInvalid listing every
+    invalid field; nothing is written then.
+    """
+    if not submitter.has_perm("oversight.submit_case"):
+        raise PermissionDenied("Only analysts submit cases.")
+    errors: dict[str, list[str]] = {}
+    title, goal, description, domain = (
+        (title or "").strip(),
+        (goal or "").strip(),
+        (description or "").strip(),
+        (domain or "").strip(),
+    )
+    if not title:
+        errors["title"] = ["A title is required."]
+    elif len(title) > 200:
+        errors["title"] = ["At most 200 characters."]
+    if not goal:
+        errors["goal"] = ["A goal is required."]
+    elif len(goal) > 500:
+        errors["goal"] = ["At most 500 characters."]
+    if strategy not in Strategy.values:
+        errors["strategy"] = [f"Choose one of {', '.join(Strategy.values)}."]
+    elif strategy in PACK_STRATEGIES and not domain:
+        errors["domain"] = [f"The {strategy} strategy plans with a domain pack: choose one."]
+    if not isinstance(max_depth, int) or isinstance(max_depth, bool):
+        errors["max_depth"] = ["Must be a whole number."]
+    elif not 1 <= max_depth <= MAX_DEPTH_LIMIT:
+        errors["max_depth"] = [f"Must be between 1 and {MAX_DEPTH_LIMIT}."]
+    if inputs is not None and not isinstance(inputs, Mapping):
+        errors["inputs"] = ["Must be a JSON object."]
+        inputs = {}
+    clean_inputs = dict(inputs or {})
+    if domain:
+        clean_inputs = _validated_inputs(domain, clean_inputs, errors)
+    if errors:
+        raise CaseInvalid(errors)
+
+    case = Case.objects.create(
+        title=title,
+        goal=goal,
+        description=description,
+        inputs=clean_inputs,
+        domain=domain,
+        strategy=strategy,
+        max_depth=max_depth,
+        submitter=submitter,
+        status=CaseStatus.PLANNING,
+    )
+    append_event(
+        "planning.case.submitted",
+        actor=submitter,
+        chain=case_chain(case.pk),
+        data={
+            "case": case.pk,
+            "title": title,
+            "goal": goal,
+            "domain": domain,
+            "strategy": strategy,
+            "max_depth": max_depth,
+            "inputs": clean_inputs,
+        },
+    )
+    case_id = case.pk
+    transaction.on_commit(lambda: _enqueue_planning(case_id))
+    return case
+
+
+def _enqueue_planning(case_id: int) -> None:
+    from planning.tasks import plan_case
+
+    plan_case.delay(case_id)
+
+
+# Materialising a plan ------------------------------------------------------------------------
+
+
+def materialise_plan(case_id: int) -> PlanVersion | None:
+    """Plan a case with its strategy and store the whole plan as a new version.
+
+    The planning itself (and its LLM calls) runs outside any transaction; the outcome is written
+    in one: on success the version with all its nodes and the case in `awaiting_approval`, on
+    failure the case in `plan_failed` with the reason and nothing partial. Every LLM call is
+    recorded and audited either way. Idempotent: a case no longer planning is left alone.
+    Returns the new version, or None when planning failed or was not needed.
+    """
+    case = Case.objects.get(pk=case_id)
+    if case.status != CaseStatus.PLANNING:
+        return None
+    calls = CallLog()
+    try:
+        request = build_request(case, calls)
+        plan = request.strategy.plan(request.goal, request.state)
+        validate_plan(plan, current_catalogue(), _limits())
+    except (PlanningError, PlanningUnavailable, pydantic.ValidationError) as exc:
+        _fail_planning(case_id, _reason(exc), calls.records)
+        return None
+    except Exception as exc:
+        logger.exception("planning case %s failed unexpectedly", case_id)
+        _fail_planning(
+            case_id, f"Planning failed unexpectedly ({type(exc).__name__}).", calls.records
+        )
+        return None
+    return _store_plan(case_id, plan, calls.records)
+
+
+def _limits() -> PlanLimits:
+    return PlanLimits(
+        max_leaves=settings.CASEHUB_PLAN_MAX_LEAVES,
+        max_fan_out=settings.CASEHUB_PLAN_MAX_FANOUT,
+        max_depth=MAX_DEPTH_LIMIT + 3,
+    )
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, pydantic.ValidationError):
+        return f"The case inputs no longer fit the domain pack: {exc.error_count()} error(s)."
+    return str(exc) or type(exc).__name__
+
+
+def _record_calls(case: Case, records: list[LlmCallRecord]) -> None:
+    rows = LlmCall.objects.bulk_create(
+        [
+            LlmCall(
+                case=case,
+                model=r.model,
+                purpose=r.schema_name,
+                prompt=[dict(m) for m in r.messages],
+                prompt_hash=r.prompt_hash,
+                response=r.response_text,
+                response_hash=r.response_hash,
+                prompt_tokens=r.prompt_tokens,
+                completion_tokens=r.completion_tokens,
+                latency_ms=round(r.latency_s * 1000),
+                error=r.error or "",
+            )
+            for r in sorted(records, key=lambda r: r.started_at)
+        ]
+    )
+    for row in rows:
+        append_event(
+            "planning.llm.called",
+            chain=case_chain(case.pk),
+            data={
+                "llm_call": row.pk,
+                "model": row.model,
+                "purpose": row.purpose,
+                "prompt_hash": row.prompt_hash,
+                "response_hash": row.response_hash,
+                "prompt_tokens": row.prompt_tokens,
+                "completion_tokens": row.completion_tokens,
+                "latency_ms": row.latency_ms,
+                "error": row.error,
+            },
+        )
+
+
+@transaction.atomic
+def _fail_planning(case_id: int, reason: str, records: list[LlmCallRecord]) -> None:
+    case = Case.objects.select_for_update().get(pk=case_id)
+    if case.status != CaseStatus.PLANNING:
+        return
+    _record_calls(case, records)
+    case.status = CaseStatus.PLAN_FAILED
+    case.error = reason
+    case.save(update_fields=["status", "error", "updated_at"])
+    append_event(
+        "planning.plan.failed",
+        chain=case_chain(case.pk),
+        data={"case": case.pk, "reason": reason, "llm_calls": len(records)},
+    )
+
+
+def _walk(node: Node, parent: str | None, depth: int) -> Iterator[tuple[Node, str | None, int]]:
+    yield node, parent, depth
+    if isinstance(node, Compound):
+        for child in node.children:
+            yield from _walk(child, node.key, depth + 1)
+
+
+def _node_row(
+    version: PlanVersion,
+    node: Node,
+    position: int,
+    depth: int,
+    plan: DagPlan,
+    risks: Mapping[str, str],
+) -> PlanNode:
+    provenance = {
+        "strategy": node.provenance.strategy,
+        "source": node.provenance.source,
+        "depth": node.provenance.depth,
+    }
+    declared = None if node.depends_on is None else list(node.depends_on)
+    if isinstance(node, Leaf):
+        return PlanNode(
+            version=version,
+            key=node.key,
+            position=position,
+            depth=depth,
+            kind=PlanNode.Kind.LEAF,
+            name=node.task[:300],
+            agent=node.agent,
+            task=node.task,
+            rationale=node.rationale,
+            tool=node.tool or "",
+            inputs=thaw(node.inputs),
+            depends_on=sorted(plan.dependencies[node.key]),
+            declared_depends_on=declared,
+            expected_output=node.expected_output or "",
+            failure_policy=node.failure_policy,
+            risk=node.risk or (risks.get(node.tool, "") if node.tool else ""),
+            provenance=provenance,
+            status=NodeStatus.PENDING,
+        )
+    return PlanNode(
+        version=version,
+        key=node.key,
+        position=position,
+        depth=depth,
+        kind=PlanNode.Kind.COMPOUND,
+        name=node.name[:300],
+        description=node.description,
+        declared_depends_on=declared,
+        provenance=provenance,
+        status=NodeStatus.PENDING,
+    )
+
+
+@transaction.atomic
+def _store_plan(case_id: int, plan: DagPlan, records: list[LlmCallRecord]) -> PlanVersion | None:
+    case = Case.objects.select_for_update().get(pk=case_id)
+    if case.status != CaseStatus.PLANNING:
+        return None
+    _record_calls(case, records)
+    number = (case.versions.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+    critical = plan.critical_path()
+    version = PlanVersion.objects.create(
+        case=case,
+        number=number,
+        strategy=case.strategy,
+        content_hash=content_hash(plan),
+        warnings=list(plan.warnings),
+        llm_calls=plan.llm_calls,
+        leaf_count=len(plan.leaves),
+        critical_path=len(critical),
+        width=plan.width(),
+    )
+    risks = {name: spec.risk for name, spec in all_tool_specs().items()}
+    # Insert level by level so that every parent has its primary key before its children.
+    by_depth: dict[int, list[tuple[PlanNode, str | None]]] = {}
+    for position, (node, parent, depth) in enumerate(_walk(plan.root, None, 0)):
+        row = _node_row(version, node, position, depth, plan, risks)
+        by_depth.setdefault(depth, []).append((row, parent))
+    saved: dict[str, PlanNode] = {}
+    for depth in sorted(by_depth):
+        level = by_depth[depth]
+        for row, parent in level:
+            row.parent = saved[parent] if parent is not None else None
+        for row in PlanNode.objects.bulk_create([row for row, _ in level], batch_size=500):
+            saved[row.key] = row
+    case.status = CaseStatus.AWAITING_APPROVAL
+    case.current_version = version
+    case.error = ""
+    case.save(update_fields=["status", "current_version", "error", "updated_at"])
+    append_event(
+        "planning.plan.materialised",
+        chain=case_chain(case.pk),
+        data={
+            "case": case.pk,
+            "version": number,
+            "content_hash": version.content_hash,
+            "strategy": case.strategy,
+            "leaves": version.leaf_count,
+            "llm_calls": version.llm_calls,
+            "warnings": version.warnings,
+            "critical_path": critical,
+            "width": version.width,
+        },
+    )
+    return version
+
+
+# API tokens ----------------------------------------------------------------------------------
+
+
+def _token_hash(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+@transaction.atomic
+def issue_api_token(user: AbstractBaseUser) -> str:
+    """Create a bearer token for the user and return it; only its hash is stored."""
+    raw = secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(user=user, key_hash=_token_hash(raw))
+    append_event("auth.token.issued", actor=user, data={"token": token.pk})
+    return raw
+
+
+def user_for_token(raw: str) -> AbstractBaseUser | None:
+    """Return the active user a bearer token belongs to, or None for an unknown token."""
+    if not raw:
+        return None
+    token = ApiToken.objects.select_related("user").filter(key_hash=_token_hash(raw)).first()
+    if token is None or not token.user.is_active:
+        return None
+    now = timezone.now()
+    if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token.user
+
+
+__all__ = [
+    "CaseInvalid",
+    "issue_api_token",
+    "materialise_plan",
+    "submit_case",
+    "user_for_token",
+]

@@ -1,0 +1,231 @@
+"""The database side of the catalogue: packs, agents and tools from code into rows, rows back
+into the planning core's specs, and the database-backed ports the pack tools read."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from django.db import connection, transaction
+
+from oversight.audit import append_event
+from planning.core.catalogue import AgentSpec, Catalogue, DomainPack, ToolSpec
+from planning.models import (
+    Agent,
+    DecompositionCacheEntry,
+    ErpInvoiceDocument,
+    ErpPayment,
+    ErpPaymentHold,
+    ErpPurchaseOrder,
+    ErpSupplier,
+)
+from planning.models import DomainPack as DomainPackRow
+from planning.models import Tool as ToolRow
+from planning.packs import PACKS
+from planning.packs.invoice import DEMO_ERP
+
+
+def enabled_pack(slug: str) -> DomainPack | None:
+    """Return the code pack for an enabled pack row, or None when unknown or disabled."""
+    if slug not in PACKS:
+        return None
+    if not DomainPackRow.objects.filter(slug=slug, enabled=True).exists():
+        return None
+    return PACKS[slug]
+
+
+@transaction.atomic
+def sync_packs() -> list[str]:
+    """Register the code packs, their tools and agents as rows; keep admins' edits.
+
+    New rows are created (and audited); existing rows keep what admins changed.
+    Returns the names of what was created.
+    """
+    created: list[str] = []
+    for pack in PACKS.values():
+        row, is_new = DomainPackRow.objects.get_or_create(
+            slug=pack.slug, defaults={"name": pack.name, "description": pack.description}
+        )
+        if is_new:
+            created.append(f"pack {pack.slug}")
+            append_event("config.pack.registered", data={"pack": pack.slug, "name": pack.name})
+        for tool in pack.tools:
+            _, is_new = ToolRow.objects.get_or_create(
+                name=tool.name,
+                defaults={"description": tool.description, "pack": row, "risk": tool.risk},
+            )
+            if is_new:
+                created.append(f"tool {tool.name}")
+                append_event(
+                    "config.tool.registered",
+                    data={"tool": tool.name, "pack": pack.slug, "risk": tool.risk},
+                )
+        for agent in pack.agents:
+            _, is_new = Agent.objects.get_or_create(
+                slug=agent.slug,
+                defaults={
+                    "name": agent.name,
+                    "description": agent.description,
+                    "kind": agent.kind,
+                    "capabilities": list(agent.capabilities),
+                    "tools": list(agent.tools),
+                    "trust": agent.trust,
+                    "enabled": agent.enabled,
+                    "pack": row,
+                },
+            )
+            if is_new:
+                created.append(f"agent {agent.slug}")
+                append_event(
+                    "config.agent.created",
+                    data={"agent": agent.slug, "kind": agent.kind, "pack": pack.slug},
+                )
+    return created
+
+
+def agent_spec(agent: Agent) -> AgentSpec:
+    """Return the planning core's view of an agent row."""
+    return AgentSpec(
+        slug=agent.slug,
+        name=agent.name,
+        description=agent.description,
+        kind=agent.kind,  # type: ignore[arg-type]
+        capabilities=tuple(agent.capabilities),
+        tools=tuple(agent.tools),
+        trust=agent.trust,
+        enabled=agent.enabled,
+    )
+
+
+def all_tool_specs() -> dict[str, ToolSpec]:
+    """Return every code tool with the risk class admins set on its row."""
+    risks = dict(ToolRow.objects.values_list("name", "risk"))
+    specs: dict[str, ToolSpec] = {}
+    for pack in PACKS.values():
+        for tool in pack.tools:
+            risk = risks.get(tool.name, tool.risk)
+            specs[tool.name] = dataclasses.replace(tool, risk=risk) if risk != tool.risk else tool
+    return specs
+
+
+def current_catalogue() -> Catalogue:
+    """Return the agents (enabled or not, as configured) and tools plans are validated against."""
+    return Catalogue.from_specs(
+        [agent_spec(a) for a in Agent.objects.all()], all_tool_specs().values()
+    )
+
+
+def planning_agents(pack: DomainPack | None) -> list[AgentSpec]:
+    """Return the enabled agents an LLM may assign: the pack's own, or all without a pack."""
+    agents = Agent.objects.filter(enabled=True)
+    if pack is not None:
+        agents = agents.filter(pack__slug=pack.slug)
+    return [agent_spec(a) for a in agents]
+
+
+class DatabaseDecompositionCache:
+    """The decomposition cache of the planning core, stored in the database.
+
+    The LLM planner calls it from its thread pool; connections opened by those threads are
+    closed after each use so that none outlives its thread.
+    """
+
+    def get(self, key: str) -> str | None:
+        try:
+            entry = DecompositionCacheEntry.objects.filter(key=key).first()
+            if entry is None:
+                return None
+            DecompositionCacheEntry.objects.filter(pk=entry.pk).update(hits=entry.hits + 1)
+            return entry.response
+        finally:
+            _close_if_helper_thread()
+
+    def put(self, key: str, response_text: str) -> None:
+        try:
+            DecompositionCacheEntry.objects.bulk_create(
+                [DecompositionCacheEntry(key=key, response=response_text)], ignore_conflicts=True
+            )
+        finally:
+            _close_if_helper_thread()
+
+
+def _close_if_helper_thread() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        connection.close()
+
+
+# The invoice pack's demo ERP ------------------------------------------------------------------
+
+
+@transaction.atomic
+def load_demo_erp() -> int:
+    """Load the invoice pack's demo ERP rows (idempotent); return how many rows were created."""
+    data: Mapping[str, Any] = DEMO_ERP
+    created = 0
+    for s in data["suppliers"]:
+        created += ErpSupplier.objects.get_or_create(supplier_id=s["supplier_id"], defaults=s)[1]
+    for po in data["purchase_orders"]:
+        created += ErpPurchaseOrder.objects.get_or_create(po_number=po["po_number"], defaults=po)[1]
+    for invoice_id, text in data["documents"].items():
+        created += ErpInvoiceDocument.objects.get_or_create(
+            invoice_id=invoice_id, defaults={"text": text}
+        )[1]
+    for p in data["payments"]:
+        created += ErpPayment.objects.get_or_create(payment_id=p["payment_id"], defaults=p)[1]
+    if created:
+        append_event("planning.demo_erp.loaded", data={"rows": created})
+    return created
+
+
+def _money(value: Decimal) -> str:
+    return f"{value:.2f}"
+
+
+class DatabaseErp:
+    """The invoice pack's `ErpData` port over the ERP tables."""
+
+    def invoice_document(self, invoice_id: str) -> str:
+        document = ErpInvoiceDocument.objects.filter(invoice_id=invoice_id).first()
+        if document is None:
+            raise LookupError(f"no invoice document {invoice_id!r}")
+        return document.text
+
+    def supplier(self, supplier_id: str) -> Mapping[str, Any] | None:
+        return (
+            ErpSupplier.objects.filter(supplier_id=supplier_id)
+            .values("supplier_id", "name", "status", "bank_account")
+            .first()
+        )
+
+    def purchase_order(self, po_number: str) -> Mapping[str, Any] | None:
+        po = ErpPurchaseOrder.objects.filter(po_number=po_number).first()
+        if po is None:
+            return None
+        return {
+            "po_number": po.po_number,
+            "supplier_id": po.supplier_id,
+            "amount": _money(po.amount),
+            "invoiced": _money(po.invoiced),
+        }
+
+    def payments(self, supplier_id: str) -> Sequence[Mapping[str, Any]]:
+        return [
+            {
+                "payment_id": p.payment_id,
+                "invoice_id": p.invoice_id,
+                "supplier_id": p.supplier_id,
+                "amount": _money(p.amount),
+                "paid_on": p.paid_on.isoformat(),
+            }
+            for p in ErpPayment.objects.filter(supplier_id=supplier_id).order_by("paid_on")
+        ]
+
+    def place_hold(self, invoice_id: str, reason: str) -> str:
+        hold = ErpPaymentHold.objects.create(
+            hold_id=f"HOLD-{uuid.uuid4().hex[:10].upper()}", invoice_id=invoice_id, reason=reason
+        )
+        return hold.hold_id

@@ -1,0 +1,170 @@
+"""Build the planning core's strategy for a case from the database configuration."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from planning.catalogue import DatabaseDecompositionCache, enabled_pack, planning_agents
+from planning.core.catalogue import DomainPack
+from planning.core.forward import ForwardDecomposition
+from planning.core.goal import GoalOrientedDecomposition
+from planning.core.hybrid import HybridDecomposition
+from planning.core.llm.client import LlmCallRecord, LlmClient, LlmNotConfigured, LlmSettings
+from planning.core.llm.decomposition import LlmBudgets, LlmDecomposition, expected_calls
+from planning.core.static import MethodLibrary, StaticDecomposition
+from planning.core.strategy import Strategy as CoreStrategy
+from planning.core.tree import Goal
+from planning.models import Case, Strategy
+from planning.models import DomainPack as DomainPackRow
+from planning.packs import PACKS
+
+DEFAULT_BRANCHING = 5
+
+
+class PlanningUnavailable(Exception):
+    """The case cannot be planned as configured (a missing pack, agent or provider)."""
+
+
+def llm_settings() -> LlmSettings:
+    """Return the LLM provider settings (env vars OPENAI_API_KEY, OPENAI_BASE_URL, model)."""
+    return LlmSettings(
+        api_key=settings.OPENAI_API_KEY or None,
+        base_url=settings.OPENAI_BASE_URL or None,
+        model=settings.CASEHUB_LLM_MODEL,
+        timeout_s=settings.CASEHUB_LLM_TIMEOUT_S,
+        max_retries=settings.CASEHUB_LLM_MAX_RETRIES,
+    )
+
+
+def llm_budgets() -> LlmBudgets:
+    """Return the per-case LLM budgets from the settings."""
+    return LlmBudgets(
+        max_calls=settings.CASEHUB_LLM_MAX_CALLS,
+        max_tokens=settings.CASEHUB_LLM_MAX_TOKENS,
+        max_leaves=settings.CASEHUB_PLAN_MAX_LEAVES,
+        max_fanout=settings.CASEHUB_PLAN_MAX_FANOUT,
+    )
+
+
+def expected_llm_calls(
+    strategy: str, max_depth: int, branching: int = DEFAULT_BRANCHING
+) -> int | None:
+    """Return the LLM calls a full plan needs (1 + b + … + b^(d-1)); None when none are made.
+
+    For hybrid planning this is the upper bound: static methods may cover some or all of it.
+    """
+    if strategy not in (Strategy.LLM, Strategy.HYBRID) or max_depth < 1:
+        return None
+    return expected_calls(branching, max_depth)
+
+
+def pack_choices() -> list[tuple[DomainPackRow, DomainPack]]:
+    """Return the enabled pack rows with their code packs."""
+    rows = DomainPackRow.objects.filter(enabled=True, slug__in=list(PACKS))
+    return [(row, PACKS[row.slug]) for row in rows]
+
+
+@dataclass
+class CallLog:
+    """Collect the LLM call records of one planning run (the planner calls from many threads)."""
+
+    records: list[LlmCallRecord] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, record: LlmCallRecord) -> None:
+        with self._lock:
+            self.records.append(record)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRequest:
+    """What the planning core needs for one case: the strategy, the goal and the state."""
+
+    strategy: CoreStrategy
+    goal: Goal
+    state: dict[str, Any]
+    pack: DomainPack | None
+
+
+def _description(case: Case) -> str:
+    return "\n\n".join(part for part in (case.goal, case.description) if part.strip())
+
+
+def _llm(
+    case: Case, pack: DomainPack | None, on_call: Callable[[LlmCallRecord], None]
+) -> LlmDecomposition:
+    agents = planning_agents(pack)
+    if not agents:
+        raise PlanningUnavailable(
+            "No enabled agent is available to LLM planning: enable one in the admin."
+        )
+    client = LlmClient(llm_settings(), on_call=on_call)
+    return LlmDecomposition(
+        client,
+        agents,
+        max_depth=case.max_depth,
+        budgets=llm_budgets(),
+        cache=DatabaseDecompositionCache(),
+    )
+
+
+def build_request(case: Case, on_call: Callable[[LlmCallRecord], None]) -> PlanRequest:
+    """Return the strategy, goal and state for a case.
+
+    Raises PlanningUnavailable (unknown or disabled pack, no agents), LlmNotConfigured (LLM
+    planning without a provider), and pydantic.ValidationError (inputs that no longer fit).
+    """
+    pack = enabled_pack(case.domain) if case.domain else None
+    if case.domain and pack is None:
+        raise PlanningUnavailable(f"The domain pack {case.domain!r} is unknown or disabled.")
+    state = pack.initial_state(case.inputs) if pack else dict(case.inputs)
+    if pack is not None:
+        goal = Goal(name=pack.root_task, description=_description(case))
+    else:
+        goal = Goal(name=case.goal, description=case.description)
+
+    strategy: CoreStrategy
+    if case.strategy == Strategy.STATIC:
+        strategy = StaticDecomposition(_methods(pack))
+    elif case.strategy == Strategy.FORWARD:
+        strategy = ForwardDecomposition(_methods(pack))
+    elif case.strategy == Strategy.GOAL:
+        if pack is None or not pack.capabilities:
+            raise PlanningUnavailable(
+                "Goal-oriented planning needs a domain pack with capabilities."
+            )
+        strategy = GoalOrientedDecomposition(pack.capabilities, pack.goal_facts)
+    elif case.strategy == Strategy.LLM:
+        llm_settings().require_configured("LLM planning")
+        strategy = _llm(case, pack, on_call)
+    elif case.strategy == Strategy.HYBRID:
+        static = StaticDecomposition(pack.methods if pack else MethodLibrary())
+        llm = _llm(case, pack, on_call) if llm_settings().is_configured else None
+        strategy = HybridDecomposition(static, llm)
+    else:
+        raise PlanningUnavailable(f"Unknown strategy {case.strategy!r}.")
+    return PlanRequest(strategy=strategy, goal=goal, state=state, pack=pack)
+
+
+def _methods(pack: DomainPack | None) -> MethodLibrary:
+    if pack is None:
+        raise PlanningUnavailable("Static and forward planning need a domain pack.")
+    return pack.methods
+
+
+__all__ = [
+    "CallLog",
+    "LlmNotConfigured",
+    "PlanRequest",
+    "PlanningUnavailable",
+    "build_request",
+    "expected_llm_calls",
+    "llm_budgets",
+    "llm_settings",
+    "pack_choices",
+]
