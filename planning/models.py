@@ -118,7 +118,9 @@ class Case(models.Model):
     submitter = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="cases"
     )
-    status = models.CharField(max_length=20, choices=CaseStatus.choices, default=CaseStatus.PLANNING)
+    status = models.CharField(
+        max_length=20, choices=CaseStatus.choices, default=CaseStatus.PLANNING
+    )
     error = models.TextField(blank=True)
     current_version = models.ForeignKey(
         "PlanVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
