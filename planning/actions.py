@@ -17,7 +17,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from oversight.audit import append_event, case_chain
-from planning.catalogue import all_tool_specs, current_catalogue, enabled_pack
+from planning.catalogue import (
+    DatabaseDecompositionCache,
+    all_tool_specs,
+    current_catalogue,
+    enabled_pack,
+)
 from planning.core.dag import DagPlan
 from planning.core.errors import PlanningError
 from planning.core.llm.client import LlmCallRecord
@@ -180,20 +185,21 @@ def materialise_plan(case_id: int) -> PlanVersion | None:
     if case.status != CaseStatus.PLANNING:
         return None
     calls = CallLog()
+    cache = DatabaseDecompositionCache()
     try:
-        request = build_request(case, calls)
+        request = build_request(case, calls, cache)
         plan = request.strategy.plan(request.goal, request.state)
         validate_plan(plan, current_catalogue(), _limits())
     except (PlanningError, PlanningUnavailable, pydantic.ValidationError) as exc:
-        _fail_planning(case_id, _reason(exc), calls.records)
+        _fail_planning(case_id, _reason(exc), calls.records, cache)
         return None
     except Exception as exc:
         logger.exception("planning case %s failed unexpectedly", case_id)
         _fail_planning(
-            case_id, f"Planning failed unexpectedly ({type(exc).__name__}).", calls.records
+            case_id, f"Planning failed unexpectedly ({type(exc).__name__}).", calls.records, cache
         )
         return None
-    return _store_plan(case_id, plan, calls.records)
+    return _store_plan(case_id, plan, calls.records, cache)
 
 
 def _limits() -> PlanLimits:
@@ -248,11 +254,14 @@ def _record_calls(case: Case, records: list[LlmCallRecord]) -> None:
 
 
 @transaction.atomic
-def _fail_planning(case_id: int, reason: str, records: list[LlmCallRecord]) -> None:
+def _fail_planning(
+    case_id: int, reason: str, records: list[LlmCallRecord], cache: DatabaseDecompositionCache
+) -> None:
     case = Case.objects.select_for_update().get(pk=case_id)
     if case.status != CaseStatus.PLANNING:
         return
     _record_calls(case, records)
+    cache.flush()
     case.status = CaseStatus.PLAN_FAILED
     case.error = reason
     case.save(update_fields=["status", "error", "updated_at"])
@@ -320,11 +329,14 @@ def _node_row(
 
 
 @transaction.atomic
-def _store_plan(case_id: int, plan: DagPlan, records: list[LlmCallRecord]) -> PlanVersion | None:
+def _store_plan(
+    case_id: int, plan: DagPlan, records: list[LlmCallRecord], cache: DatabaseDecompositionCache
+) -> PlanVersion | None:
     case = Case.objects.select_for_update().get(pk=case_id)
     if case.status != CaseStatus.PLANNING:
         return None
     _record_calls(case, records)
+    cache.flush()
     number = (case.versions.order_by("-number").values_list("number", flat=True).first() or 0) + 1
     critical = plan.critical_path()
     version = PlanVersion.objects.create(

@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import F
 
 from oversight.audit import append_event
 from planning.core.catalogue import AgentSpec, Catalogue, DomainPack, ToolSpec
@@ -130,27 +131,49 @@ def planning_agents(pack: DomainPack | None) -> list[AgentSpec]:
 class DatabaseDecompositionCache:
     """The decomposition cache of the planning core, stored in the database.
 
-    The LLM planner calls it from its thread pool; connections opened by those threads are
-    closed after each use so that none outlives its thread.
+    The LLM planner calls it from its thread pool while planning runs outside any transaction.
+    Reads go to the database (and close the helper thread's connection); writes wait in memory
+    until `flush` stores them in the transaction that stores the plan, on the caller's thread.
     """
 
-    def get(self, key: str) -> str | None:
-        try:
-            entry = DecompositionCacheEntry.objects.filter(key=key).first()
-            if entry is None:
-                return None
-            DecompositionCacheEntry.objects.filter(pk=entry.pk).update(hits=entry.hits + 1)
-            return entry.response
-        finally:
-            _close_if_helper_thread()
+    def __init__(self) -> None:
+        self._pending: dict[str, str] = {}
+        self._hits: dict[str, int] = {}
+        self._lock = threading.Lock()
 
-    def put(self, key: str, response_text: str) -> None:
+    def get(self, key: str) -> str | None:
+        with self._lock:
+            if key in self._pending:
+                return self._pending[key]
         try:
-            DecompositionCacheEntry.objects.bulk_create(
-                [DecompositionCacheEntry(key=key, response=response_text)], ignore_conflicts=True
+            response = (
+                DecompositionCacheEntry.objects.filter(key=key)
+                .values_list("response", flat=True)
+                .first()
             )
         finally:
             _close_if_helper_thread()
+        if response is not None:
+            with self._lock:
+                self._hits[key] = self._hits.get(key, 0) + 1
+        return response
+
+    def put(self, key: str, response_text: str) -> None:
+        with self._lock:
+            self._pending[key] = response_text
+
+    def flush(self) -> None:
+        """Store the new entries and count the hits (call inside the storing transaction)."""
+        with self._lock:
+            pending, hits = dict(self._pending), dict(self._hits)
+            self._pending.clear()
+            self._hits.clear()
+        DecompositionCacheEntry.objects.bulk_create(
+            [DecompositionCacheEntry(key=k, response=v) for k, v in pending.items()],
+            ignore_conflicts=True,
+        )
+        for key, count in hits.items():
+            DecompositionCacheEntry.objects.filter(key=key).update(hits=F("hits") + count)
 
 
 def _close_if_helper_thread() -> None:

@@ -9,11 +9,12 @@ from typing import Any
 
 from django.conf import settings
 
-from planning.catalogue import DatabaseDecompositionCache, enabled_pack, planning_agents
+from planning.catalogue import enabled_pack, planning_agents
 from planning.core.catalogue import DomainPack
 from planning.core.forward import ForwardDecomposition
 from planning.core.goal import GoalOrientedDecomposition
 from planning.core.hybrid import HybridDecomposition
+from planning.core.llm.cache import DecompositionCache
 from planning.core.llm.client import LlmCallRecord, LlmClient, LlmNotConfigured, LlmSettings
 from planning.core.llm.decomposition import LlmBudgets, LlmDecomposition, expected_calls
 from planning.core.static import MethodLibrary, StaticDecomposition
@@ -96,7 +97,10 @@ def _description(case: Case) -> str:
 
 
 def _llm(
-    case: Case, pack: DomainPack | None, on_call: Callable[[LlmCallRecord], None]
+    case: Case,
+    pack: DomainPack | None,
+    on_call: Callable[[LlmCallRecord], None],
+    cache: DecompositionCache | None,
 ) -> LlmDecomposition:
     agents = planning_agents(pack)
     if not agents:
@@ -109,11 +113,15 @@ def _llm(
         agents,
         max_depth=case.max_depth,
         budgets=llm_budgets(),
-        cache=DatabaseDecompositionCache(),
+        cache=cache,
     )
 
 
-def build_request(case: Case, on_call: Callable[[LlmCallRecord], None]) -> PlanRequest:
+def build_request(
+    case: Case,
+    on_call: Callable[[LlmCallRecord], None],
+    cache: DecompositionCache | None = None,
+) -> PlanRequest:
     """Return the strategy, goal and state for a case.
 
     Raises PlanningUnavailable (unknown or disabled pack, no agents), LlmNotConfigured (LLM
@@ -141,10 +149,10 @@ def build_request(case: Case, on_call: Callable[[LlmCallRecord], None]) -> PlanR
         strategy = GoalOrientedDecomposition(pack.capabilities, pack.goal_facts)
     elif case.strategy == Strategy.LLM:
         llm_settings().require_configured("LLM planning")
-        strategy = _llm(case, pack, on_call)
+        strategy = _llm(case, pack, on_call, cache)
     elif case.strategy == Strategy.HYBRID:
         static = StaticDecomposition(pack.methods if pack else MethodLibrary())
-        llm = _llm(case, pack, on_call) if llm_settings().is_configured else None
+        llm = _llm(case, pack, on_call, cache) if llm_settings().is_configured else None
         strategy = HybridDecomposition(static, llm)
     else:
         raise PlanningUnavailable(f"Unknown strategy {case.strategy!r}.")

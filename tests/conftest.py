@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests import personas
+from tests.fakes.fixtures import fake_openai  # noqa: F401  (a fixture for every test)
 
 ROOT = Path(__file__).resolve().parent.parent
 # CI sets this so that a test skipped for want of a service or a browser fails the run instead.
