@@ -16,6 +16,7 @@ import pytest
 
 from tests import personas
 from tests.fakes.fixtures import fake_openai  # noqa: F401  (a fixture for every test)
+from tests.fakes.openai_server import FakeOpenAIServer
 
 ROOT = Path(__file__).resolve().parent.parent
 # CI sets this so that a test skipped for want of a service or a browser fails the run instead.
@@ -127,23 +128,41 @@ class WorkerProcess:
             self.process.wait()
 
 
-@pytest.fixture
-def worker_process(transactional_db: None) -> Iterator[WorkerProcess]:
-    """Start a real worker for one test and wait until it answers a ping."""
+def _running_worker(extra_env: dict[str, str] | None = None) -> WorkerProcess:
     from oversight.tasks import ping
 
-    worker = WorkerProcess().start()
+    worker = WorkerProcess(extra_env).start()
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            ping.apply_async(args=["nobody"]).get(timeout=2)
+            return worker
+        except Exception:
+            if worker.process is not None and worker.process.poll() is not None:
+                pytest.fail(f"the worker exited early:\n{worker.log()[-4000:]}")
+            if time.monotonic() > deadline:
+                worker.stop()
+                pytest.fail(f"the worker did not answer within 60 s:\n{worker.log()[-4000:]}")
+
+
+@pytest.fixture
+def worker_process(transactional_db: None) -> Iterator[WorkerProcess]:
+    """Start a real worker for one test (no LLM provider) and wait until it answers a ping."""
+    worker = _running_worker({"OPENAI_BASE_URL": "", "OPENAI_API_KEY": ""})
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                ping.apply_async(args=["nobody"]).get(timeout=2)
-                break
-            except Exception:
-                if worker.process is not None and worker.process.poll() is not None:
-                    pytest.fail(f"the worker exited early:\n{worker.log()[-4000:]}")
-                if time.monotonic() > deadline:
-                    pytest.fail(f"the worker did not answer within 60 s:\n{worker.log()[-4000:]}")
+        yield worker
+    finally:
+        worker.stop()
+
+
+@pytest.fixture
+def llm_worker_process(
+    transactional_db: None,
+    fake_openai: FakeOpenAIServer,  # noqa: F811 (the fixture imported above)
+) -> Iterator[WorkerProcess]:
+    """Start a real worker whose LLM provider is the test's fake OpenAI server."""
+    worker = _running_worker(fake_openai.env())
+    try:
         yield worker
     finally:
         worker.stop()
