@@ -19,6 +19,10 @@ latency). Every request is recorded as a :class:`RecordedRequest` (body, message
 and end times) whatever its outcome; :meth:`FakeOpenAIServer.max_overlap` reports how many requests
 were in flight at once, which is how tests check concurrency without timing assertions.
 
+``fake_openai_process(latency_s=..., responder=...)`` runs the same server in a spawned process
+(for benchmarks, so the fake's own work does not compete for the GIL) and yields its environment;
+``fake_stats(env)`` reads its request count, peak overlap and sequential rounds over HTTP.
+
 The pytest fixture ``fake_openai`` (in ``tests/fakes/fixtures.py``) yields a started server and
 resets nothing between tests because each test gets its own server.
 """
@@ -26,16 +30,29 @@ resets nothing between tests because each test gets its own server.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import threading
 import time
+import urllib.request
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event
 from types import TracebackType
 from typing import Any
 
-__all__ = ["FakeOpenAIServer", "FakeReply", "RecordedRequest", "Reply", "Responder"]
+__all__ = [
+    "FakeOpenAIServer",
+    "FakeReply",
+    "RecordedRequest",
+    "Reply",
+    "Responder",
+    "fake_openai_process",
+    "fake_stats",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -144,9 +161,7 @@ class FakeOpenAIServer:
         if self._httpd is not None:
             return self
         handler = _make_handler(self)
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        httpd.daemon_threads = True
-        httpd.request_queue_size = 128
+        httpd = _Server(("127.0.0.1", 0), handler)
         self._httpd = httpd
         self._thread = threading.Thread(
             target=httpd.serve_forever, args=(0.05,), name="fake-openai", daemon=True
@@ -261,6 +276,70 @@ class FakeOpenAIServer:
         return responder(request)
 
 
+def _serve_in_child(
+    latency_s: float,
+    responder: Responder | None,
+    model: str,
+    ready: Connection,
+    stop: Event,
+) -> None:
+    with FakeOpenAIServer(latency_s=latency_s, model=model, responder=responder) as server:
+        ready.send(server.base_url)
+        stop.wait()
+
+
+@contextmanager
+def fake_openai_process(
+    *,
+    latency_s: float = 0.0,
+    responder: Responder | None = None,
+    model: str = "fake-model",
+    api_key: str = "test-key",
+) -> Iterator[dict[str, str]]:
+    """Run a fake server in a separate process; yield the environment that points at it.
+
+    The responder must be importable (a module-level function) because the child process is
+    spawned. Use this when the server's own work must not compete with the code under test for
+    the GIL (benchmarks). ``GET {base_url}/../_fake/stats`` reports the request count, the peak
+    overlap and the sequential rounds.
+    """
+    context = multiprocessing.get_context("spawn")
+    parent_end, child_end = context.Pipe(duplex=False)
+    stop = context.Event()
+    process = context.Process(
+        target=_serve_in_child,
+        args=(latency_s, responder, model, child_end, stop),
+        name="fake-openai",
+        daemon=True,
+    )
+    process.start()
+    try:
+        if not parent_end.poll(30):
+            raise RuntimeError("the fake OpenAI server process did not start")
+        base_url = parent_end.recv()
+        yield {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": api_key, "CASEHUB_LLM_MODEL": model}
+    finally:
+        stop.set()
+        process.join(timeout=10)
+        if process.is_alive():
+            process.terminate()
+
+
+def fake_stats(env: Mapping[str, str]) -> dict[str, int]:
+    """Return the request statistics of a fake server (in this process or another)."""
+    root = env["OPENAI_BASE_URL"].removesuffix("/v1")
+    with urllib.request.urlopen(root + "/_fake/stats", timeout=10) as response:
+        data: dict[str, int] = json.loads(response.read())
+    return data
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # the default backlog of 5 drops connections when dozens of calls arrive at once,
+    # and the client's SYN retry then adds a second to the benchmark
+    request_queue_size = 256
+
+
 def _estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
@@ -276,6 +355,9 @@ def _as_reply(reply: Reply) -> FakeReply:
 def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # headers and body go out in separate writes; with Nagle's algorithm on, the body
+        # waits for the client's delayed ACK (~40 ms) and distorts every latency figure
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:
             return  # keep test output quiet
@@ -291,7 +373,14 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 started_at=started,
             )
             server._record(record)
-            if self.path.rstrip("/").endswith("/models"):
+            if self.path.rstrip("/") == "/_fake/stats":
+                payload = {
+                    "chat_requests": len(server.requests),
+                    "max_overlap": server.max_overlap(),
+                    "sequential_rounds": server.sequential_rounds(),
+                }
+                self._send(200, payload, record)
+            elif self.path.rstrip("/").endswith("/models"):
                 payload = {
                     "object": "list",
                     "data": [

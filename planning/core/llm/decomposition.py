@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -168,28 +168,61 @@ class PlanningRun:
         current call, and is re-raised; no partial tree is returned.
         """
         expansions: dict[str, Expansion] = {}
+        outstanding = 0
+        failures: list[BaseException] = []
+        finished = threading.Event()
         pool = ThreadPoolExecutor(
             max_workers=self.max_concurrency, thread_name_prefix="casehub-plan"
         )
-        pending: dict[Future[Expansion], ExpansionJob] = {}
-        try:
-            pending[pool.submit(expand, root)] = root
-            while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in sorted(done, key=lambda f: pending[f].key):
-                    job = pending.pop(future)
-                    expansion = future.result()
+
+        def submit(job: ExpansionJob) -> None:
+            nonlocal outstanding
+            with self._lock:
+                outstanding += 1
+            try:
+                pool.submit(work, job)
+            except RuntimeError:  # the pool is shutting down after a failure
+                settle()
+
+        def settle() -> None:
+            nonlocal outstanding
+            with self._lock:
+                outstanding -= 1
+                if outstanding == 0:
+                    finished.set()
+
+        def work(job: ExpansionJob) -> None:
+            # a worker hands its children to the pool itself, so a level's calls start as soon
+            # as their parent's answer arrives, without a round trip through a coordinator
+            try:
+                if self._cancelled.is_set():
+                    return
+                expansion = expand(job)
+                with self._lock:
                     expansions[job.key] = expansion
-                    for child in expansion.children:
-                        if isinstance(child, ExpansionJob):
-                            pending[pool.submit(expand, child)] = child
+                for child in expansion.children:
+                    if isinstance(child, ExpansionJob):
+                        submit(child)
+            except _Cancelled:
+                pass
+            except BaseException as exc:
+                with self._lock:
+                    failures.append(exc)
+                self._cancelled.set()
+                finished.set()
+            finally:
+                settle()
+
+        try:
+            submit(root)
+            finished.wait()
         except BaseException:
             self._cancelled.set()
-            for future in pending:
-                future.cancel()
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+        if failures:
+            raise failures[0]
         warnings: list[str] = []
         tree = _assemble(root, expansions, warnings)
         return tree, tuple(warnings)

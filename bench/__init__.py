@@ -1,0 +1,1 @@
+"""CaseHub benchmarks: run with ``python -m bench`` (``make bench``)."""
