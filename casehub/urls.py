@@ -10,6 +10,7 @@ from planning.api import api
 urlpatterns = [
     path("", oversight_views.home, name="home"),
     path("", include("oversight.urls")),
+    path("", include("planning.urls")),
     path("health", oversight_views.health, name="health"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -20,6 +20,10 @@ class NavItem:
 def _items(request: HttpRequest) -> list[NavItem]:
     user = request.user
     items = [NavItem("Home", reverse("home"), "home")]
+    if user.has_perm("oversight.view_all_cases") or user.has_perm("oversight.submit_case"):
+        items.append(NavItem("Cases", reverse("planning:case-list"), "cases"))
+    if user.has_perm("oversight.submit_case"):
+        items.append(NavItem("New case", reverse("planning:case-new"), "case-new"))
     if user.has_perm("oversight.view_audit"):
         items.append(NavItem("Audit trail", reverse("oversight:audit-list"), "audit"))
     if user.is_staff and user.has_perm("oversight.configure"):

@@ -1,0 +1,95 @@
+// Draw every [data-dot] element as SVG with the vendored Graphviz WebAssembly build (Viz.js),
+// again whenever htmx swaps new content in, and open a step's detail in #node-panel on click.
+(function () {
+  "use strict";
+
+  var XLINK = "http://www.w3.org/1999/xlink";
+  var vizReady = null;
+  // Last drawing per [data-dot-key]: a poll that brings the same DOT back reuses it, and a
+  // changed DOT shows the previous drawing until the new one is laid out (no flicker).
+  var drawings = new Map();
+  var selectedHref = null;
+
+  function viz() {
+    if (!vizReady) vizReady = window.Viz.instance();
+    return vizReady;
+  }
+
+  function hrefOf(link) {
+    return link.getAttribute("href") || link.getAttributeNS(XLINK, "href");
+  }
+
+  function markSelected(root) {
+    root.querySelectorAll("g.node").forEach(function (node) {
+      var link = node.querySelector("a");
+      node.classList.toggle("selected", !!link && hrefOf(link) === selectedHref);
+    });
+  }
+
+  function show(el, svg) {
+    svg.setAttribute("width", "100%");
+    svg.removeAttribute("height");
+    svg.setAttribute("preserveAspectRatio", "xMinYMin meet");
+    svg.setAttribute("focusable", "false");
+    el.replaceChildren(svg);
+    el.dataset.rendered = "true";
+    markSelected(el);
+  }
+
+  function draw(el) {
+    var dot = el.getAttribute("data-dot");
+    if (!dot || el.dataset.drawing === dot) return;
+    el.dataset.drawing = dot;
+    var key = el.getAttribute("data-dot-key") || dot;
+    var last = drawings.get(key);
+    if (last && last.dot === dot) {
+      show(el, last.svg.cloneNode(true));
+      return;
+    }
+    if (last) show(el, last.svg.cloneNode(true));
+    viz()
+      .then(function (instance) {
+        var svg = instance.renderSVGElement(dot);
+        drawings.set(key, { dot: dot, svg: svg.cloneNode(true) });
+        if (el.isConnected) show(el, svg);
+      })
+      .catch(function (error) {
+        var message = document.createElement("p");
+        message.className = "error";
+        message.textContent = "The graph could not be drawn (" + error + "). The task table lists every step.";
+        el.replaceChildren(message);
+      });
+  }
+
+  function drawAll(root) {
+    var scope = root && root.querySelectorAll ? root : document;
+    if (scope.matches && scope.matches("[data-dot]")) draw(scope);
+    scope.querySelectorAll("[data-dot]").forEach(draw);
+  }
+
+  document.addEventListener("click", function (event) {
+    var link = event.target.closest && event.target.closest("[data-dot] a");
+    if (!link || event.ctrlKey || event.metaKey || event.shiftKey) return;
+    var href = hrefOf(link);
+    if (!href || !document.getElementById("node-panel") || !window.htmx) return;
+    event.preventDefault();
+    selectedHref = href;
+    document.querySelectorAll("[data-dot]").forEach(markSelected);
+    window.htmx.ajax("GET", href, { target: "#node-panel", swap: "outerHTML" });
+  });
+
+  // Keyboard users reach the SVG links with Tab; Enter follows them through the click above.
+  document.addEventListener("keydown", function (event) {
+    var link = event.target.closest && event.target.closest("[data-dot] a");
+    if (link && event.key === "Enter") {
+      event.preventDefault();
+      link.dispatchEvent(new MouseEvent("click", { bubbles: true, cancelable: true }));
+    }
+  });
+
+  if (window.htmx) {
+    window.htmx.onLoad(drawAll);
+  } else {
+    document.addEventListener("DOMContentLoaded", function () { drawAll(document); });
+  }
+})();
