@@ -340,6 +340,7 @@ class LlmClient:
         self.on_call = on_call
         self._lock = threading.Lock()
         self._calls = 0
+        self._closed = False
         self._openai = openai.OpenAI(
             api_key=settings.api_key or _PLACEHOLDER_KEY,
             base_url=settings.base_url or _OPENAI_BASE_URL,
@@ -359,8 +360,15 @@ class LlmClient:
         return request_hash(self.model, messages, schema_name, json_schema)
 
     def close(self) -> None:
-        """Close the HTTP connections."""
+        """Close the HTTP connections; later calls raise LlmPlanningError."""
+        self._closed = True
         self._openai.close()
+
+    def __enter__(self) -> LlmClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def complete_json[T: BaseModel](
         self,
@@ -382,6 +390,8 @@ class LlmClient:
             dict(json_schema) if json_schema is not None else strict_json_schema(response_model)
         )
         digest = self.request_hash(messages, schema_name, schema)
+        if self._closed:
+            raise LlmPlanningError("the LLM client is closed")
         with self._lock:
             self._calls += 1
             label = call_id or f"call-{self._calls}"

@@ -243,3 +243,13 @@ def test_a_bare_list_of_steps_is_accepted(fake_openai: FakeOpenAIServer) -> None
     assert result.parsed is not None
     assert [s.id for s in result.parsed.steps] == ["a"]
     assert answer(leaf("a"))  # helper sanity: renders the wrapped form
+
+
+def test_the_client_closes_its_connections_as_a_context_manager(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.enqueue('{"verdict": "ok", "score": 1, "note": null}')
+    with make_client(fake_openai) as client:
+        assert client.complete_json(MESSAGES, Verdict, schema_name="v").is_valid
+    with pytest.raises(LlmPlanningError):
+        client.complete_json(MESSAGES, Verdict, schema_name="v")
