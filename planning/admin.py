@@ -1,0 +1,152 @@
+"""Admin pages for agents, tool risk classes and domain packs; every change is audited.
+
+The admin saves inside one transaction per change (Django's changeform view is atomic), and the
+audit event is appended from `save_model`, so the row and its event commit or roll back together.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.db.models import Model
+from django.http import HttpRequest
+
+from oversight.audit import append_event
+from planning.models import Agent, DomainPack, Tool
+
+AGENT_FIELDS = (
+    "name",
+    "description",
+    "kind",
+    "capabilities",
+    "tools",
+    "trust",
+    "model",
+    "system_prompt",
+    "enabled",
+)
+
+
+def _changes(before: Model | None, after: Model, fields: tuple[str, ...]) -> dict[str, Any]:
+    """Return {field: {"before": old, "after": new}} for the fields whose value changed."""
+    changes: dict[str, Any] = {}
+    for name in fields:
+        new = getattr(after, name)
+        old = getattr(before, name) if before is not None else None
+        if before is None or old != new:
+            changes[name] = {"before": old, "after": new}
+    return changes
+
+
+def _stored(model: type[Model], obj: Model) -> Model | None:
+    if obj.pk is None:
+        return None
+    return model._default_manager.filter(pk=obj.pk).first()
+
+
+def _string_list(value: Any, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise forms.ValidationError(f'Enter a JSON list of {what}, like ["erp.read"].')
+    return [v.strip() for v in value]
+
+
+class AgentForm(forms.ModelForm):
+    class Meta:
+        model = Agent
+        fields = ("slug", *AGENT_FIELDS)
+
+    def clean_capabilities(self) -> list[str]:
+        return _string_list(self.cleaned_data.get("capabilities"), "capability names")
+
+    def clean_tools(self) -> list[str]:
+        names = _string_list(self.cleaned_data.get("tools"), "tool names")
+        known = set(Tool.objects.filter(name__in=names).values_list("name", flat=True))
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise forms.ValidationError(f"Unknown tools: {', '.join(unknown)}.")
+        return names
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    form = AgentForm
+    list_display = ("slug", "name", "kind", "trust", "model", "enabled", "pack")
+    list_filter = ("kind", "enabled", "pack")
+    search_fields = ("slug", "name", "description")
+    fieldsets = (
+        (None, {"fields": ("slug", "name", "description", "kind", "enabled")}),
+        ("Capabilities and tools", {"fields": ("capabilities", "tools", "trust")}),
+        ("LLM agents", {"fields": ("model", "system_prompt")}),
+    )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> Any:
+        # Plans refer to agents by slug, so an existing agent keeps its slug.
+        return ("slug",) if obj is not None else ()
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
+        before = _stored(Agent, obj) if change else None
+        super().save_model(request, obj, form, change)
+        changes = _changes(before, obj, AGENT_FIELDS)
+        if change and not changes:
+            return
+        append_event(
+            "config.agent.changed" if change else "config.agent.created",
+            actor=request.user,
+            data={"agent": obj.slug, "changes": changes},
+        )
+
+
+@admin.register(Tool)
+class ToolAdmin(admin.ModelAdmin):
+    list_display = ("name", "risk", "pack", "description")
+    list_filter = ("risk", "pack")
+    search_fields = ("name", "description")
+    fields = ("name", "description", "pack", "risk")
+    readonly_fields = ("name", "description", "pack")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # tools are registered in code
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def save_model(self, request: HttpRequest, obj: Tool, form: Any, change: bool) -> None:
+        before = _stored(Tool, obj)
+        super().save_model(request, obj, form, change)
+        changes = _changes(before, obj, ("risk",))
+        if changes:
+            append_event(
+                "config.tool.risk_changed",
+                actor=request.user,
+                data={"tool": obj.name, "changes": changes},
+            )
+
+
+@admin.register(DomainPack)
+class DomainPackAdmin(admin.ModelAdmin):
+    list_display = ("slug", "name", "enabled")
+    list_filter = ("enabled",)
+    fields = ("slug", "name", "description", "enabled")
+    readonly_fields = ("slug", "name", "description")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # packs are registered in code
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def save_model(self, request: HttpRequest, obj: DomainPack, form: Any, change: bool) -> None:
+        before = _stored(DomainPack, obj)
+        super().save_model(request, obj, form, change)
+        changes = _changes(before, obj, ("enabled",))
+        if changes:
+            append_event(
+                "config.pack.changed",
+                actor=request.user,
+                data={"pack": obj.slug, "changes": changes},
+            )
