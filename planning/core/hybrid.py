@@ -63,7 +63,8 @@ class HybridDecomposition:
         run = (
             self.llm.new_run()
             if self.llm is not None
-            else PlanningRun(LlmBudgets(), max_concurrency=8)
+            # without a model only static methods run: the LLM's leaf ceiling does not apply
+            else PlanningRun(LlmBudgets(max_leaves=100_000), max_concurrency=8)
         )
         root = ExpansionJob(key=goal.name, goal=goal, depth=0)
         tree, warnings = run.execute(root, lambda job: self._expand(run, job, frozen_state))
