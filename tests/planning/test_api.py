@@ -26,6 +26,13 @@ from tests import personas
 
 pytestmark = pytest.mark.django_db
 
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings: Any) -> None:
+    # Personas hash a password each; the production hasher costs a second per test here.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 INVOICE_CASE = {
     "title": "Check INV-1042",
     "goal": "Verify invoice INV-1042 before it is paid",
@@ -515,6 +522,18 @@ def test_a_case_without_a_plan_says_so_in_a_404(two_analysts_cases: dict[str, An
     assert response.json() == {
         "message": f"Case {c['ana_case'].pk} has no plan yet (status: planning)."
     }
+
+
+def test_an_unexpected_error_is_a_json_500(monkeypatch: pytest.MonkeyPatch) -> None:
+    from planning import api
+
+    def broken(user: Any) -> Any:
+        raise RuntimeError("database on fire")
+
+    monkeypatch.setattr(api, "visible_cases", broken)
+    response = _client(personas.officer()).get("/api/cases")
+    assert response.status_code == 500
+    assert response.json() == {"message": "Internal server error."}
 
 
 # Query counts -------------------------------------------------------------------------------
