@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from planning.core.goal import Capability
+from planning.core.goal import Capability, GoalOrientedDecomposition
 from planning.core.static import MethodLibrary
 from planning.core.tree import Goal, thaw
 
@@ -124,6 +124,11 @@ class DomainPack:
     demo_port: Callable[[], Any] | None = None
     capabilities: tuple[Capability, ...] = ()
     goal_facts: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # Case-specific goal-oriented planning: capabilities whose tool inputs carry the case's
+    # values (e.g. the invoice number), and the root task's goal facts chosen from the state.
+    # When set, they take the place of `capabilities` / `goal_facts[root_task]`.
+    capabilities_from: Callable[[Mapping[str, Any]], tuple[Capability, ...]] | None = None
+    goal_facts_from: Callable[[Mapping[str, Any]], frozenset[str]] | None = None
 
     def initial_state(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Validate case `inputs` against the schema and return the planning state.
@@ -131,6 +136,32 @@ class DomainPack:
         Raises `pydantic.ValidationError` when the inputs do not fit `input_schema`.
         """
         return self.build_state(self.input_schema.model_validate(dict(inputs)))
+
+    def capabilities_for(self, state: Mapping[str, Any]) -> tuple[Capability, ...]:
+        """Return the goal-oriented capabilities available for a case in `state`."""
+        if self.capabilities_from is None:
+            return self.capabilities
+        return self.capabilities_from(state)
+
+    def goal_facts_for(self, state: Mapping[str, Any]) -> Mapping[str, frozenset[str]]:
+        """Return the goal facts by task name for a case in `state`."""
+        facts = dict(self.goal_facts)
+        if self.goal_facts_from is not None:
+            facts[self.root_task] = self.goal_facts_from(state)
+        return MappingProxyType(facts)
+
+    def goal_planner(
+        self, state: Mapping[str, Any], *, max_expansions: int = 100_000
+    ) -> GoalOrientedDecomposition:
+        """Return a goal-oriented planner over this pack's capabilities for `state`.
+
+        Raises `ValueError` when the capabilities' names are not unique.
+        """
+        return GoalOrientedDecomposition(
+            self.capabilities_for(state),
+            self.goal_facts_for(state),
+            max_expansions=max_expansions,
+        )
 
     def catalogue(self) -> Catalogue:
         """Return this pack's agents and tools as a catalogue."""

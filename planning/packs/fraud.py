@@ -3,6 +3,12 @@
 Guards choose from the case inputs: a full investigation (financial-records analysis as its
 own subtask, sanctions screening, customer interview, report with legal review and an
 account freeze) for large amounts or repeat flags, otherwise a light one.
+
+Goal-oriented planning uses the same rule to choose the goal facts: a light case wants
+`findings_summarised`, a serious one `account_frozen`, which needs legally reviewed findings
+drawn from the anomalies, the sanctions screening and a customer interview. The three
+read-only tools take the account number directly, so pulling, anomaly detection and
+screening run side by side; the analyst can stand in for the anomaly detector at a higher cost.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from planning.core.catalogue import AgentSpec, DomainPack, ToolSpec
+from planning.core.goal import Capability
 from planning.core.static import Item, Method, MethodLibrary, Step, TaskRef
 
 FULL_INVESTIGATION_AMOUNT = Decimal("10000")
@@ -403,6 +410,118 @@ METHODS = MethodLibrary(
     ]
 )
 
+# -- goal-oriented capabilities -------------------------------------------------------------
+
+
+def capabilities(state: Mapping[str, Any]) -> tuple[Capability, ...]:
+    """Return the goal-oriented capabilities for the fraud case in `state`.
+
+    Raises `KeyError` when the state has no `account_id`.
+    """
+    account = {"account_id": state["account_id"]}
+    return (
+        Capability(
+            name="pull-transactions",
+            agent="transaction-monitor",
+            task="Pull the transactions",
+            inputs=frozenset({"account_id"}),
+            outputs=frozenset({"transactions"}),
+            cost=1.0,
+            rationale="the findings and the interview rest on the account's activity",
+            tool="pull_transactions",
+            tool_inputs=account,
+            expected_output="TransactionSummary",
+        ),
+        Capability(
+            name="detect-anomalies",
+            agent="transaction-monitor",
+            task="Detect anomalies",
+            inputs=frozenset({"account_id"}),
+            outputs=frozenset({"anomalies"}),
+            cost=1.0,
+            rationale="flag the outlier transactions automatically",
+            tool="detect_anomalies",
+            tool_inputs=account,
+            expected_output="AnomalyReport",
+        ),
+        Capability(
+            name="review-anomalies",
+            agent="fraud-analyst",
+            task="Read the transaction summary and point out unusual transactions",
+            inputs=frozenset({"transactions"}),
+            outputs=frozenset({"anomalies"}),
+            cost=4.0,
+            rationale="an analyst's reading stands in for the anomaly detector",
+        ),
+        Capability(
+            name="screen-sanctions",
+            agent="sanctions-screener",
+            task="Screen the counterparties",
+            inputs=frozenset({"account_id"}),
+            outputs=frozenset({"sanctions_screened"}),
+            cost=1.0,
+            rationale="payments to sanctioned parties change the case entirely",
+            tool="screen_sanctions",
+            tool_inputs=account,
+            expected_output="SanctionsResult",
+        ),
+        Capability(
+            name="interview-customer",
+            agent="investigator",
+            task="Interview the customer about the flagged activity",
+            inputs=frozenset({"transactions"}),
+            outputs=frozenset({"customer_interviewed"}),
+            cost=5.0,
+            rationale="serious cases need the customer's side",
+        ),
+        Capability(
+            name="summarise-findings",
+            agent="fraud-analyst",
+            task="Summarise the findings for the case file",
+            inputs=frozenset({"transactions", "anomalies"}),
+            outputs=frozenset({"findings_summarised"}),
+            cost=1.0,
+        ),
+        Capability(
+            name="draft-findings",
+            agent="fraud-analyst",
+            task="Draft the findings from the anomalies, sanctions hits and interview",
+            inputs=frozenset(
+                {"transactions", "anomalies", "sanctions_screened", "customer_interviewed"}
+            ),
+            outputs=frozenset({"findings_drafted"}),
+            cost=2.0,
+        ),
+        Capability(
+            name="legal-review",
+            agent="legal-counsel",
+            task="Review the findings before any action on the account",
+            inputs=frozenset({"findings_drafted"}),
+            outputs=frozenset({"findings_reviewed"}),
+            cost=3.0,
+        ),
+        Capability(
+            name="freeze-account",
+            agent="account-controls",
+            task="Freeze the account",
+            inputs=frozenset({"findings_reviewed"}),
+            outputs=frozenset({"account_frozen"}),
+            cost=1.0,
+            rationale="legally reviewed findings justify blocking the funds",
+            tool="freeze_account",
+            tool_inputs={**account, "reason": "serious fraud investigation findings"},
+            expected_output="FreezeResult",
+            failure_policy="escalate",
+            risk="financial",
+        ),
+    )
+
+
+def goal_facts(state: Mapping[str, Any]) -> frozenset[str]:
+    """Return the facts that finish the fraud case in `state` (serious cases end frozen)."""
+    return frozenset({"account_frozen"} if _is_serious(state) else {"findings_summarised"})
+
+
 PACK = DomainPack(
     slug="fraud",
     name="Fraud investigation",
@@ -414,4 +533,6 @@ PACK = DomainPack(
     tools=TOOLS,
     build_state=build_state,
     demo_port=InMemoryFraudData,
+    capabilities_from=capabilities,
+    goal_facts_from=goal_facts,
 )

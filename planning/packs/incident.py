@@ -3,6 +3,14 @@
 A database outage fails over, verifies connectivity and notifies stakeholders; a security
 breach isolates the systems, runs a forensic analysis and notifies stakeholders. Any other
 incident kind has no method on purpose, so hybrid planning asks the LLM for that subtree.
+
+Goal-oriented planning declares one set of capabilities for both known kinds and picks the
+goal facts by kind: an outage wants `recovery_announced` (and, at sev1, an
+`outage_announced` alert sent while the fail-over runs); a breach wants `attack_path_known`
+and `containment_announced`, which run side by side once the hosts are isolated. Any other
+kind wants `incident_resolved`, which no capability produces, so the goal-oriented planner
+raises `NoMethodMatched` just as the static methods do. Without affected hosts nothing can
+be isolated, so a breach has no goal-oriented plan either.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from planning.core.catalogue import AgentSpec, DomainPack, ToolSpec
+from planning.core.goal import Capability
 from planning.core.static import Item, Method, MethodLibrary, Step, TaskRef
 from planning.core.validation import ref
 
@@ -396,6 +405,158 @@ METHODS = MethodLibrary(
     ]
 )
 
+# -- goal-oriented capabilities -------------------------------------------------------------
+
+
+def capabilities(state: Mapping[str, Any]) -> tuple[Capability, ...]:
+    """Return the goal-oriented capabilities for the incident in `state`.
+
+    Raises `KeyError` when the state has no `service`.
+    """
+    service = state["service"]
+    hosts = list(state.get("affected_hosts") or ())
+    caps = [
+        Capability(
+            name="alert-stakeholders",
+            agent="comms-officer",
+            task="Alert the stakeholders that the service is down",
+            inputs=frozenset({"service"}),
+            outputs=frozenset({"outage_announced"}),
+            cost=1.0,
+            rationale="a sev1 outage is announced at once, while recovery runs",
+            tool="notify_stakeholders",
+            tool_inputs={"service": service, "summary": f"{service} is down; recovery under way"},
+            expected_output="NotifyResult",
+        ),
+        Capability(
+            name="fail-over",
+            agent="db-operator",
+            task=f"Fail over {service}",
+            inputs=frozenset({"service"}),
+            outputs=frozenset({"service_restored"}),
+            cost=2.0,
+            rationale="promoting the replica is the fastest way back",
+            tool="fail_over_database",
+            tool_inputs={"service": service},
+            expected_output="FailoverResult",
+            failure_policy="escalate",
+            risk="destructive",
+        ),
+        Capability(
+            name="restore-by-hand",
+            agent="incident-commander",
+            task=f"Restore the primary of {service} by hand",
+            inputs=frozenset({"service"}),
+            outputs=frozenset({"service_restored"}),
+            cost=8.0,
+            rationale="a manual restore when no fail-over is possible",
+            failure_policy="escalate",
+        ),
+        Capability(
+            name="verify-connectivity",
+            agent="db-operator",
+            task=f"Verify {service} answers on its primary",
+            inputs=frozenset({"service_restored"}),
+            outputs=frozenset({"connectivity_verified"}),
+            cost=1.0,
+            rationale="announce recovery only once the primary answers",
+            tool="verify_connectivity",
+            tool_inputs={"service": service},
+            expected_output="ConnectivityResult",
+            failure_policy="retry",
+        ),
+        Capability(
+            name="notify-stakeholders",
+            agent="comms-officer",
+            task="Notify the stakeholders that the service is back",
+            inputs=frozenset({"connectivity_verified"}),
+            outputs=frozenset({"recovery_announced"}),
+            cost=1.0,
+            tool="notify_stakeholders",
+            tool_inputs={
+                "service": service,
+                "summary": f"{service} is back in service",
+                "detail": ref("verify-connectivity"),
+            },
+            expected_output="NotifyResult",
+        ),
+        Capability(
+            name="collect-logs",
+            agent="network-guard",
+            task="Collect the security logs",
+            inputs=frozenset({"hosts_isolated"}),
+            outputs=frozenset({"logs_collected"}),
+            cost=1.0,
+            rationale="the logs of the isolated hosts are the evidence",
+            tool="collect_logs",
+            tool_inputs={"hosts": hosts},
+            expected_output="LogsResult",
+        ),
+        Capability(
+            name="analyse-attack-path",
+            agent="forensic-analyst",
+            task="Reconstruct the attack path from the logs",
+            inputs=frozenset({"logs_collected"}),
+            outputs=frozenset({"attack_path_known"}),
+            cost=2.0,
+        ),
+        Capability(
+            name="review-logs-by-hand",
+            agent="incident-commander",
+            task="Read the collected logs and reconstruct the attack path by hand",
+            inputs=frozenset({"logs_collected"}),
+            outputs=frozenset({"attack_path_known"}),
+            cost=6.0,
+        ),
+        Capability(
+            name="announce-containment",
+            agent="comms-officer",
+            task="Notify the stakeholders that the breach is contained",
+            inputs=frozenset({"hosts_isolated"}),
+            outputs=frozenset({"containment_announced"}),
+            cost=1.0,
+            rationale="stakeholders hear of the containment while forensics continue",
+            tool="notify_stakeholders",
+            tool_inputs={
+                "service": service,
+                "summary": "security breach contained",
+                "detail": ref("isolate-systems"),
+            },
+            expected_output="NotifyResult",
+        ),
+    ]
+    if hosts:
+        caps.append(
+            Capability(
+                name="isolate-systems",
+                agent="network-guard",
+                task="Isolate the affected systems",
+                inputs=frozenset({"affected_hosts"}),
+                outputs=frozenset({"hosts_isolated"}),
+                cost=1.0,
+                rationale="cut the attacker off before anything else",
+                tool="isolate_hosts",
+                tool_inputs={"hosts": hosts},
+                expected_output="IsolateResult",
+                failure_policy="escalate",
+                risk="destructive",
+            )
+        )
+    return tuple(caps)
+
+
+def goal_facts(state: Mapping[str, Any]) -> frozenset[str]:
+    """Return the facts that close the incident in `state`, chosen by its kind."""
+    kind = state.get("kind")
+    if kind == "database-outage":
+        if state.get("severity") == "sev1":
+            return frozenset({"outage_announced", "recovery_announced"})
+        return frozenset({"recovery_announced"})
+    if kind == "security-breach":
+        return frozenset({"attack_path_known", "containment_announced"})
+    return frozenset({"incident_resolved"})
+
+
 PACK = DomainPack(
     slug="incident",
     name="Incident response",
@@ -407,4 +568,6 @@ PACK = DomainPack(
     tools=TOOLS,
     build_state=build_state,
     demo_port=InMemoryInfrastructure,
+    capabilities_from=capabilities,
+    goal_facts_from=goal_facts,
 )

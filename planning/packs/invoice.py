@@ -2,8 +2,12 @@
 
 Extract the invoice fields → look up the supplier → duplicate-payment, totals and
 purchase-order checks in parallel → audit report → (gated, financial) payment hold when the
-report recommends one. Tools read an ERP through the `ErpData` port; `InMemoryErp` over
-`DEMO_ERP` serves tests and the demo, and the Django side supplies a database-backed port.
+report recommends one. The static method and the goal-oriented capabilities (facts
+`invoice_fields` → `supplier_record` → `duplicate_checked` / `totals_checked` /
+`po_checked` → `audit_report` → `hold_decided`) produce the same shape; the hold decision
+can also be left to the accounts-payable reviewer, at a higher cost. Tools read an ERP
+through the `ErpData` port; `InMemoryErp` over `DEMO_ERP` serves tests and the demo, and the
+Django side supplies a database-backed port.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from planning.core.catalogue import AgentSpec, DomainPack, ToolSpec
+from planning.core.goal import Capability
 from planning.core.static import Method, MethodLibrary, Step
 from planning.core.validation import ref
 
@@ -633,6 +638,144 @@ METHODS = MethodLibrary(
     ]
 )
 
+# -- goal-oriented capabilities -------------------------------------------------------------
+
+CHECK_FACTS = frozenset({"invoice_fields", "supplier_record"})
+
+
+def capabilities(state: Mapping[str, Any]) -> tuple[Capability, ...]:
+    """Return the goal-oriented capabilities for the invoice case in `state`.
+
+    The purchase-order check (and the report's use of it) is offered only when the case asks
+    for it. Raises `KeyError` when the state has no `invoice_id`.
+    """
+    invoice = ref("extract-fields")
+    check_po = bool(state.get("check_purchase_order", True))
+    caps = [
+        Capability(
+            name="extract-fields",
+            agent="invoice-extractor",
+            task="Extract the invoice fields",
+            inputs=frozenset({"invoice_id"}),
+            outputs=frozenset({"invoice_fields"}),
+            cost=1.0,
+            rationale="every later check needs the structured fields",
+            tool="extract_invoice_fields",
+            tool_inputs={"invoice_id": state["invoice_id"]},
+            expected_output="InvoiceFields",
+        ),
+        Capability(
+            name="lookup-supplier",
+            agent="erp-connector",
+            task="Look up the verified supplier",
+            inputs=frozenset({"invoice_fields"}),
+            outputs=frozenset({"supplier_record"}),
+            cost=1.0,
+            rationale="the checks and the report need the supplier master record",
+            tool="get_supplier",
+            tool_inputs={"supplier_id": ref("extract-fields", "supplier_id")},
+            expected_output="SupplierRecord",
+            failure_policy="continue",
+        ),
+        Capability(
+            name="check-duplicate",
+            agent="payments-auditor",
+            task="Check payment history for a duplicate payment",
+            inputs=CHECK_FACTS,
+            outputs=frozenset({"duplicate_checked"}),
+            cost=1.0,
+            rationale="an invoice paid before must not be paid again",
+            tool="check_duplicate_payment",
+            tool_inputs={"invoice": invoice},
+            expected_output="DuplicateCheckResult",
+            failure_policy="retry",
+        ),
+        Capability(
+            name="check-totals",
+            agent="payments-auditor",
+            task="Recompute the total from the line items",
+            inputs=CHECK_FACTS,
+            outputs=frozenset({"totals_checked"}),
+            cost=1.0,
+            rationale="the stated total must equal the sum of the line items",
+            tool="check_totals",
+            tool_inputs={"invoice": invoice},
+            expected_output="TotalsCheckResult",
+        ),
+    ]
+    report_inputs: dict[str, Any] = {
+        "invoice": invoice,
+        "supplier": ref("lookup-supplier"),
+        "duplicate": ref("check-duplicate"),
+        "totals": ref("check-totals"),
+    }
+    report_facts = CHECK_FACTS | {"duplicate_checked", "totals_checked"}
+    if check_po:
+        caps.append(
+            Capability(
+                name="check-po",
+                agent="erp-connector",
+                task="Match the invoice to its purchase order",
+                inputs=CHECK_FACTS,
+                outputs=frozenset({"po_checked"}),
+                cost=1.0,
+                rationale="the purchase order must exist, match the supplier and cover the amount",
+                tool="check_purchase_order",
+                tool_inputs={"invoice": invoice},
+                expected_output="PurchaseOrderCheckResult",
+            )
+        )
+        report_inputs["purchase_order"] = ref("check-po")
+        report_facts |= {"po_checked"}
+    caps += [
+        Capability(
+            name="audit-report",
+            agent="audit-reporter",
+            task="Compile the audit report",
+            inputs=report_facts,
+            outputs=frozenset({"audit_report"}),
+            cost=1.0,
+            rationale="summarise every check into findings and a recommendation",
+            tool="compile_audit_report",
+            tool_inputs=report_inputs,
+            expected_output="AuditReport",
+        ),
+        Capability(
+            name="place-hold",
+            agent="payments-clerk",
+            task="Place a payment hold if the report recommends one",
+            inputs=frozenset({"audit_report"}),
+            outputs=frozenset({"hold_decided"}),
+            cost=1.0,
+            rationale="the payment clerk acts on the report's recommendation",
+            tool="place_payment_hold",
+            tool_inputs={"report": ref("audit-report")},
+            expected_output="PaymentHoldResult",
+            failure_policy="escalate",
+            risk="financial",
+        ),
+        Capability(
+            name="review-hold",
+            agent="ap-reviewer",
+            task="Read the audit report and decide by hand whether to hold the payment",
+            inputs=frozenset({"audit_report"}),
+            outputs=frozenset({"hold_decided"}),
+            cost=5.0,
+            rationale="a person decides the hold when no clerk can act on the report",
+            failure_policy="escalate",
+        ),
+    ]
+    return tuple(caps)
+
+
+def goal_facts(state: Mapping[str, Any]) -> frozenset[str]:
+    """Return the facts that finish the invoice case in `state`."""
+    wanted = {"audit_report"}
+    if state.get("hold_on_findings", True):
+        wanted.add("hold_decided")
+    return frozenset(wanted)
+
+
 PACK = DomainPack(
     slug="invoice",
     name="Invoice verification",
@@ -645,4 +788,6 @@ PACK = DomainPack(
     tools=TOOLS,
     build_state=build_state,
     demo_port=InMemoryErp,
+    capabilities_from=capabilities,
+    goal_facts_from=goal_facts,
 )
