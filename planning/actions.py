@@ -188,7 +188,10 @@ def materialise_plan(case_id: int) -> PlanVersion | None:
     cache = DatabaseDecompositionCache()
     try:
         request = build_request(case, calls, cache)
-        plan = request.strategy.plan(request.goal, request.state)
+        try:
+            plan = request.strategy.plan(request.goal, request.state)
+        finally:
+            request.close()
         validate_plan(plan, current_catalogue(), _limits())
     except (PlanningError, PlanningUnavailable, pydantic.ValidationError) as exc:
         _fail_planning(case_id, _reason(exc), calls.records, cache)

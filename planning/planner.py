@@ -90,6 +90,12 @@ class PlanRequest:
     goal: Goal
     state: dict[str, Any]
     pack: DomainPack | None
+    clients: tuple[LlmClient, ...] = ()
+
+    def close(self) -> None:
+        """Release the LLM clients' connections."""
+        for client in self.clients:
+            client.close()
 
 
 def _description(case: Case) -> str:
@@ -156,7 +162,12 @@ def build_request(
         strategy = HybridDecomposition(static, llm)
     else:
         raise PlanningUnavailable(f"Unknown strategy {case.strategy!r}.")
-    return PlanRequest(strategy=strategy, goal=goal, state=state, pack=pack)
+    clients = tuple(
+        planner.client
+        for planner in (strategy, getattr(strategy, "llm", None))
+        if isinstance(planner, LlmDecomposition)
+    )
+    return PlanRequest(strategy=strategy, goal=goal, state=state, pack=pack, clients=clients)
 
 
 def _methods(pack: DomainPack | None) -> MethodLibrary:
