@@ -12,7 +12,6 @@ from django.conf import settings
 from planning.catalogue import enabled_pack, planning_agents
 from planning.core.catalogue import DomainPack
 from planning.core.forward import ForwardDecomposition
-from planning.core.goal import GoalOrientedDecomposition
 from planning.core.hybrid import HybridDecomposition
 from planning.core.llm.cache import DecompositionCache
 from planning.core.llm.client import LlmCallRecord, LlmClient, LlmNotConfigured, LlmSettings
@@ -148,11 +147,9 @@ def build_request(
     elif case.strategy == Strategy.FORWARD:
         strategy = ForwardDecomposition(_methods(pack))
     elif case.strategy == Strategy.GOAL:
-        if pack is None or not pack.capabilities:
-            raise PlanningUnavailable(
-                "Goal-oriented planning needs a domain pack with capabilities."
-            )
-        strategy = GoalOrientedDecomposition(pack.capabilities, pack.goal_facts)
+        if pack is None:
+            raise PlanningUnavailable("Goal-oriented planning needs a domain pack.")
+        strategy = pack.goal_planner(state)
     elif case.strategy == Strategy.LLM:
         llm_settings().require_configured("LLM planning")
         strategy = _llm(case, pack, on_call, cache)

@@ -126,9 +126,16 @@ def test_materialising_twice_changes_nothing() -> None:
     assert PlanVersion.objects.filter(case=case).count() == 1
 
 
-def test_forward_planning_of_the_same_case_is_stored_too() -> None:
-    case = _submit(personas.analyst(), strategy="forward")
-    assert materialise_plan(case.pk) is not None
+@pytest.mark.parametrize("strategy", ["forward", "goal"])
+def test_forward_and_goal_oriented_plans_of_the_same_case_are_stored_too(strategy: str) -> None:
+    case = _submit(personas.analyst(), strategy=strategy)
+    version = materialise_plan(case.pk)
+    case.refresh_from_db()
+    assert version is not None, case.error
+    assert version.strategy == strategy
+    assert version.width == 3
+    leaves = PlanNode.objects.filter(version=version, kind="leaf")
+    assert {leaf.provenance["strategy"] for leaf in leaves} == {strategy}
 
 
 @override_settings(OPENAI_BASE_URL="", OPENAI_API_KEY="")
