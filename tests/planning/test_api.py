@@ -200,9 +200,10 @@ def test_a_session_login_is_not_enough_for_the_api() -> None:
 
 def test_unknown_api_paths_and_wrong_methods_answer_in_json() -> None:
     client = _client(personas.analyst())
-    missing = client.get("/api/nothing-here")
-    assert missing.status_code == 404
-    assert "message" in missing.json()
+    for url in ("/api/nothing-here", "/api/", "/api/cases/abc"):
+        missing = client.get(url)
+        assert missing.status_code == 404, url
+        assert "message" in missing.json()
     not_allowed = client.get("/api/auth/token")
     assert not_allowed.status_code == 405
     assert not_allowed["Allow"] == "POST"
