@@ -86,3 +86,25 @@ def test_database_url_selects_postgresql(tmp_path: Path) -> None:
     conf = json.loads(_settings_in_subprocess(env, tmp_path).stdout)
     assert conf["db"]["ENGINE"] == "django.db.backends.postgresql"
     assert (conf["db"]["NAME"], conf["db"]["PORT"]) == ("casehub", 5433)
+
+
+def test_production_settings_pass_the_deployment_checks(tmp_path: Path) -> None:
+    env = {
+        k: v for k, v in os.environ.items() if k not in {"CASEHUB_DEMO", "DEBUG", "SECRET_KEY"}
+    }
+    env.update(
+        {
+            "SECRET_KEY": "x" * 30 + "-production-like-secret-key-0123456789",
+            "SECURE_SSL_REDIRECT": "1",
+            "SECURE_HSTS_SECONDS": "31536000",
+            "CASEHUB_VAR_DIR": str(tmp_path),
+        }
+    )
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
