@@ -32,6 +32,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         report.longrepr = f"skipped, but CASEHUB_FAIL_ON_SKIP=1 forbids skips: {report.longrepr}"
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings: Any) -> None:
+    # Real hashing costs ~0.3 s a password; tests only need passwords to match.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 # Personas ---------------------------------------------------------------------------------------
 
 
