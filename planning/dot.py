@@ -102,7 +102,7 @@ def plan_dot(
 
     out = [
         "digraph plan {",
-        '  graph [rankdir=LR, fontname="Helvetica", fontsize=11, nodesep=0.25, ranksep=0.45,'
+        '  graph [rankdir=TB, fontname="Helvetica", fontsize=11, nodesep=0.3, ranksep=0.4,'
         ' bgcolor="transparent", labeljust=l, style="rounded", color="#cbd5e1",'
         ' fontcolor="#334155"];',
         '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10,'

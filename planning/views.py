@@ -183,7 +183,8 @@ def _case_context(case: Case, selected: int | None = None) -> dict[str, object]:
     rows = [
         {
             "node": leaf,
-            "parent": parents.get(leaf.parent_id) if leaf.parent_id else None,
+            # The root compound is the plan itself: only name the groups below it.
+            "parent": parents.get(leaf.parent_id) if leaf.depth > 1 else None,
             "depends_on": [by_key[key] for key in leaf.depends_on if key in by_key],
         }
         for leaf in leaves
@@ -201,7 +202,7 @@ def _case_context(case: Case, selected: int | None = None) -> dict[str, object]:
         "status_counts": sorted(counts.items()),
         "dot": plan_dot(nodes, url_for=url_for, selected=selected) if nodes else "",
         "poll": POLL_INTERVAL if case.is_live else "",
-        "legend": [(status, STATUS_COLOURS[status][0]) for status in NodeStatus.values],
+        "legend": [(s.value, s.label) for s in NodeStatus if s in STATUS_COLOURS],
     }
 
 

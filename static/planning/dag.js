@@ -27,8 +27,7 @@
   }
 
   function show(el, svg) {
-    svg.setAttribute("width", "100%");
-    svg.removeAttribute("height");
+    // Natural size (Graphviz points), shrunk by CSS to fit: small plans are not blown up.
     svg.setAttribute("preserveAspectRatio", "xMinYMin meet");
     svg.setAttribute("focusable", "false");
     el.replaceChildren(svg);
