@@ -102,10 +102,11 @@ class WorkerProcess:
         self.log_path = ROOT / "var" / f"test-worker-{os.getpid()}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> WorkerProcess:
+    def start(self, *, purge: bool = True) -> WorkerProcess:
         from celery import current_app
 
-        current_app.control.purge()
+        if purge:  # messages left by an earlier run would name rows that no longer exist
+            current_app.control.purge()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(
@@ -134,10 +135,11 @@ class WorkerProcess:
             self.process.wait()
 
 
-def _running_worker(extra_env: dict[str, str] | None = None) -> WorkerProcess:
+def running_worker(extra_env: dict[str, str] | None = None, *, purge: bool = True) -> WorkerProcess:
+    """Start a worker and wait until it answers a ping (purge=False keeps queued tasks)."""
     from oversight.tasks import ping
 
-    worker = WorkerProcess(extra_env).start()
+    worker = WorkerProcess(extra_env).start(purge=purge)
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -154,7 +156,7 @@ def _running_worker(extra_env: dict[str, str] | None = None) -> WorkerProcess:
 @pytest.fixture
 def worker_process(transactional_db: None) -> Iterator[WorkerProcess]:
     """Start a real worker for one test (no LLM provider) and wait until it answers a ping."""
-    worker = _running_worker({"OPENAI_BASE_URL": "", "OPENAI_API_KEY": ""})
+    worker = running_worker({"OPENAI_BASE_URL": "", "OPENAI_API_KEY": ""})
     try:
         yield worker
     finally:
@@ -167,7 +169,7 @@ def llm_worker_process(
     fake_openai: FakeOpenAIServer,  # noqa: F811 (the fixture imported above)
 ) -> Iterator[WorkerProcess]:
     """Start a real worker whose LLM provider is the test's fake OpenAI server."""
-    worker = _running_worker(fake_openai.env())
+    worker = running_worker(fake_openai.env())
     try:
         yield worker
     finally:
@@ -205,10 +207,13 @@ def browser() -> Iterator[Any]:
     # Playwright's sync API runs an event loop in this thread; the test body's ORM calls are
     # still synchronous, so Django's async-safety guard must be told.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as playwright:
-        instance = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield instance
-        instance.close()
+    try:
+        with sync_playwright() as playwright:
+            instance = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+            yield instance
+            instance.close()
+    finally:
+        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
 
 
 @pytest.fixture

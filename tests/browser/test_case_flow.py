@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
 
@@ -62,14 +61,11 @@ def _drawn_steps(page: Any) -> set[str]:
 
 
 def _start_worker_keeping_the_queue() -> Any:
-    # The case was queued before any worker ran (so the page could be seen planning first);
-    # the fixture's worker start purges the queue, which must not happen here.
-    from celery import current_app
+    # The case was queued before any worker ran (so the page could be seen planning first),
+    # so this worker must not purge the queue on start.
+    from tests.conftest import running_worker
 
-    from tests.conftest import _running_worker
-
-    with mock.patch.object(type(current_app.control), "purge", lambda self, **kw: 0):
-        return _running_worker({"OPENAI_BASE_URL": "", "OPENAI_API_KEY": ""})
+    return running_worker({"OPENAI_BASE_URL": "", "OPENAI_API_KEY": ""}, purge=False)
 
 
 def test_analyst_submits_an_invoice_case_and_watches_it_planned(

@@ -90,7 +90,9 @@ def test_database_url_selects_postgresql(tmp_path: Path) -> None:
 
 def test_production_settings_pass_the_deployment_checks(tmp_path: Path) -> None:
     env = {
-        k: v for k, v in os.environ.items() if k not in {"CASEHUB_DEMO", "DEBUG", "SECRET_KEY"}
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"CASEHUB_DEMO", "DEBUG", "SECRET_KEY", "DJANGO_ALLOW_ASYNC_UNSAFE"}
     }
     env.update(
         {
