@@ -214,6 +214,17 @@ class DagPlan:
         """Return every node, compounds included, in tree order."""
         return tuple(self._nodes.values())
 
+    def upstream(self, key: str) -> frozenset[str]:
+        """Return every leaf that `key` waits for, directly or through others."""
+        seen: set[str] = set()
+        stack = list(self.dependencies[key])
+        while stack:
+            current = stack.pop()
+            if current not in seen:
+                seen.add(current)
+                stack.extend(self.dependencies[current])
+        return frozenset(seen)
+
     def dependents(self) -> Mapping[str, frozenset[str]]:
         """Return leaf key → keys of the leaves that wait for it."""
         out: dict[str, set[str]] = {leaf.key: set() for leaf in self.leaves}

@@ -70,17 +70,6 @@ def resolve_inputs(inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> dic
     return resolved
 
 
-def _upstream(plan: DagPlan, key: str) -> set[str]:
-    seen: set[str] = set()
-    stack = list(plan.dependencies[key])
-    while stack:
-        current = stack.pop()
-        if current not in seen:
-            seen.add(current)
-            stack.extend(plan.dependencies[current])
-    return seen
-
-
 def _input_problems(
     leaf: Leaf, model: type[BaseModel], plan: DagPlan, catalogue: Catalogue
 ) -> list[str]:
@@ -94,7 +83,7 @@ def _input_problems(
         return []
     problems: list[str] = []
     fields = model.model_fields
-    upstream = _upstream(plan, leaf.key)
+    upstream = plan.upstream(leaf.key)
     for name, value in inputs.items():
         if name not in fields:
             if model.model_config.get("extra") == "forbid":

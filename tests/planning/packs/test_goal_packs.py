@@ -53,17 +53,6 @@ def without(caps: tuple[Capability, ...], name: str) -> tuple[Capability, ...]:
     return tuple(c for c in caps if c.name != name)
 
 
-def upstream(plan: DagPlan, key: str) -> set[str]:
-    seen: set[str] = set()
-    stack = list(plan.dependencies[key])
-    while stack:
-        current = stack.pop()
-        if current not in seen:
-            seen.add(current)
-            stack.extend(plan.dependencies[current])
-    return seen
-
-
 def run_tools(pack: DomainPack, plan: DagPlan, port: Any) -> dict[str, Any]:
     """Run every tool leaf in dependency order (human and LLM leaves produce nothing here)."""
     outputs: dict[str, Any] = {}
@@ -152,7 +141,7 @@ def test_invoice_goal_plan_orders_leaves_like_the_static_method():
     )
     assert set(goal.dependencies) == set(static.dependencies)
     for key in static.dependencies:
-        assert upstream(goal, key) == upstream(static, key), key
+        assert goal.upstream(key) == static.upstream(key), key
         assert goal.leaf(key).tool == static.leaf(key).tool
         assert goal.leaf(key).agent == static.leaf(key).agent
 
