@@ -12,11 +12,11 @@ from typing import Any
 import pydantic
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
 from oversight.audit import append_event, case_chain
+from planning import rules
 from planning.catalogue import (
     DatabaseDecompositionCache,
     all_tool_specs,
@@ -24,9 +24,9 @@ from planning.catalogue import (
     enabled_pack,
 )
 from planning.core.dag import DagPlan
-from planning.core.errors import PlanningError
+from planning.core.errors import PlanningError, flatten_errors
 from planning.core.llm.client import LlmCallRecord
-from planning.core.serialize import content_hash
+from planning.core.serialize import canonical_json, content_hash
 from planning.core.tree import Compound, Leaf, Node, thaw
 from planning.core.validation import PlanLimits, validate_plan
 from planning.models import (
@@ -44,8 +44,6 @@ from planning.planner import CallLog, PlanningUnavailable, build_request
 
 logger = logging.getLogger(__name__)
 
-MAX_DEPTH_LIMIT = 5
-
 
 @dataclass
 class CaseInvalid(Exception):
@@ -62,10 +60,6 @@ class CaseInvalid(Exception):
         return self.message
 
 
-def _field_path(prefix: str, loc: tuple[Any, ...]) -> str:
-    return ".".join([prefix, *(str(part) for part in loc)]) if loc else prefix
-
-
 def _validated_inputs(
     domain: str, inputs: Mapping[str, Any], errors: dict[str, list[str]]
 ) -> dict[str, Any]:
@@ -76,8 +70,8 @@ def _validated_inputs(
     try:
         model = pack.input_schema.model_validate(dict(inputs))
     except pydantic.ValidationError as exc:
-        for error in exc.errors():
-            errors.setdefault(_field_path("inputs", tuple(error["loc"])), []).append(error["msg"])
+        for path, messages in flatten_errors(exc.errors(), "inputs").items():
+            errors.setdefault(path, []).extend(messages)
         return dict(inputs)
     return model.model_dump(mode="json")
 
@@ -99,8 +93,7 @@ def submit_case(
     Raises PermissionDenied when the user may not submit cases, and CaseInvalid listing every
     invalid field; nothing is written then.
     """
-    if not submitter.has_perm("oversight.submit_case"):
-        raise PermissionDenied("Only analysts submit cases.")
+    rules.require_submitter(submitter)
     errors: dict[str, list[str]] = {}
     title, goal, description, domain = (
         (title or "").strip(),
@@ -108,27 +101,38 @@ def submit_case(
         (description or "").strip(),
         (domain or "").strip(),
     )
-    if not title:
-        errors["title"] = ["A title is required."]
-    elif len(title) > 200:
-        errors["title"] = ["At most 200 characters."]
-    if not goal:
-        errors["goal"] = ["A goal is required."]
-    elif len(goal) > 500:
-        errors["goal"] = ["At most 500 characters."]
+    for name, value, limit, required in (
+        ("title", title, rules.TITLE_MAX_LENGTH, True),
+        ("goal", goal, rules.GOAL_MAX_LENGTH, True),
+        ("description", description, rules.DESCRIPTION_MAX_LENGTH, False),
+    ):
+        if required and not value:
+            errors[name] = [f"A {name} is required."]
+        elif len(value) > limit:
+            errors[name] = [f"At most {limit:,} characters (this has {len(value):,})."]
+        elif (problem := rules.text_problem(value)) is not None:
+            errors[name] = [problem]
     if strategy not in Strategy.values:
         errors["strategy"] = [f"Choose one of {', '.join(Strategy.values)}."]
     elif strategy in PACK_STRATEGIES and not domain:
         errors["domain"] = [f"The {strategy} strategy plans with a domain pack: choose one."]
     if not isinstance(max_depth, int) or isinstance(max_depth, bool):
         errors["max_depth"] = ["Must be a whole number."]
-    elif not 1 <= max_depth <= MAX_DEPTH_LIMIT:
-        errors["max_depth"] = [f"Must be between 1 and {MAX_DEPTH_LIMIT}."]
+    elif not rules.MIN_DEPTH <= max_depth <= rules.MAX_DEPTH_LIMIT:
+        errors["max_depth"] = [f"Must be between {rules.MIN_DEPTH} and {rules.MAX_DEPTH_LIMIT}."]
     if inputs is not None and not isinstance(inputs, Mapping):
         errors["inputs"] = ["Must be a JSON object."]
         inputs = {}
     clean_inputs = dict(inputs or {})
-    if domain:
+    input_problems = rules.json_problems(clean_inputs, "inputs", bounded=not domain)
+    if not domain and not input_problems:
+        size = len(canonical_json(clean_inputs))
+        if size > rules.INPUTS_MAX_CHARS:
+            input_problems["inputs"] = [
+                f"At most {rules.INPUTS_MAX_CHARS:,} characters of JSON (this has {size:,})."
+            ]
+    errors.update(input_problems)
+    if domain and not input_problems:
         clean_inputs = _validated_inputs(domain, clean_inputs, errors)
     if errors:
         raise CaseInvalid(errors)
@@ -209,7 +213,7 @@ def _limits() -> PlanLimits:
     return PlanLimits(
         max_leaves=settings.CASEHUB_PLAN_MAX_LEAVES,
         max_fan_out=settings.CASEHUB_PLAN_MAX_FANOUT,
-        max_depth=MAX_DEPTH_LIMIT + 3,
+        max_depth=rules.MAX_DEPTH_LIMIT + 3,
     )
 
 

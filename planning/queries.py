@@ -7,11 +7,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from planning.models import Case, PlanNode
-
-
-def can_view_all_cases(user: AbstractBaseUser | AnonymousUser) -> bool:
-    """Tell whether the user reads every case (officers, auditors)."""
-    return user.is_authenticated and user.has_perm("oversight.view_all_cases")
+from planning.rules import can_submit_cases, can_view_all_cases
 
 
 def visible_cases(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Case]:
@@ -19,7 +15,7 @@ def visible_cases(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Case]:
     cases = Case.objects.select_related("submitter", "current_version")
     if can_view_all_cases(user):
         return cases
-    if user.is_authenticated and user.has_perm("oversight.submit_case"):
+    if can_submit_cases(user):
         return cases.filter(submitter=user)
     return cases.none()
 

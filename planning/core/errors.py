@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 
 class PlanningError(Exception):
@@ -59,3 +60,23 @@ class GoalAlreadySatisfied(PlanningError):
         if detail:
             message = f"{message} ({detail})"
         super().__init__(message)
+
+
+def error_path(loc: Sequence[Any], prefix: str = "") -> str:
+    """Return a dotted field path for a pydantic error location, under `prefix` when given."""
+    parts = [prefix] if prefix else []
+    parts.extend(str(part) for part in loc)
+    return ".".join(parts) or "__all__"
+
+
+def flatten_errors(errors: Iterable[Mapping[str, Any]], prefix: str = "") -> dict[str, list[str]]:
+    """Map pydantic error dicts (`exc.errors()`) to `{"dotted.path": [message, ...]}`.
+
+    The one flattener: the API's 422 bodies, the form's field errors and the actions' checks of
+    pack inputs all go through it.
+    """
+    fields: dict[str, list[str]] = {}
+    for error in errors:
+        path = error_path(tuple(error.get("loc", ())), prefix)
+        fields.setdefault(path, []).append(str(error.get("msg", "Invalid value.")))
+    return fields
