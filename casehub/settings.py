@@ -181,6 +181,16 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_RESULT_EXPIRES = 3600
+# A planning run holds its case for this long; past it the reconciler plans the case again.
+CASEHUB_PLANNING_LEASE_S = env_int("CASEHUB_PLANNING_LEASE_S", 900)
+CASEHUB_PLANNING_MAX_ATTEMPTS = env_int("CASEHUB_PLANNING_MAX_ATTEMPTS", 3)
+CASEHUB_RECONCILE_INTERVAL_S = env_int("CASEHUB_RECONCILE_INTERVAL_S", 30)
+CELERY_BEAT_SCHEDULE = {
+    "planning-reconcile": {
+        "task": "planning.reconcile_planning",
+        "schedule": float(CASEHUB_RECONCILE_INTERVAL_S),
+    },
+}
 CASEHUB_HEARTBEAT_INTERVAL_S = env_int("CASEHUB_HEARTBEAT_INTERVAL_S", 5)
 CASEHUB_HEARTBEAT_STALE_S = env_int("CASEHUB_HEARTBEAT_STALE_S", 30)
 

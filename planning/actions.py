@@ -5,18 +5,21 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
 from typing import Any
 
 import pydantic
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from oversight.audit import append_event, case_chain
-from planning import rules
+from planning import dispatch, rules
 from planning.catalogue import (
     DatabaseDecompositionCache,
     all_tool_specs,
@@ -26,8 +29,7 @@ from planning.catalogue import (
 from planning.core.dag import DagPlan
 from planning.core.errors import PlanningError, flatten_errors
 from planning.core.llm.client import LlmCallRecord
-from planning.core.serialize import canonical_json, content_hash
-from planning.core.tree import Compound, Leaf, Node, thaw
+from planning.core.serialize import canonical_json
 from planning.core.validation import PlanLimits, validate_plan
 from planning.models import (
     PACK_STRATEGIES,
@@ -35,12 +37,11 @@ from planning.models import (
     Case,
     CaseStatus,
     LlmCall,
-    NodeStatus,
-    PlanNode,
     PlanVersion,
     Strategy,
 )
 from planning.planner import CallLog, PlanningUnavailable, build_request
+from planning.versions import store_version, with_tool_risks
 
 logger = logging.getLogger(__name__)
 
@@ -162,34 +163,45 @@ def submit_case(
             "inputs": clean_inputs,
         },
     )
-    case_id = case.pk
-    transaction.on_commit(lambda: _enqueue_planning(case_id))
+    dispatch.enqueue_planning(case.pk)
     return case
-
-
-def _enqueue_planning(case_id: int) -> None:
-    from planning.tasks import plan_case
-
-    plan_case.delay(case_id)
 
 
 # Materialising a plan ------------------------------------------------------------------------
 
 
-def materialise_plan(case_id: int) -> PlanVersion | None:
+class Outcome(StrEnum):
+    MATERIALISED = "materialised"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True, slots=True)
+class MaterialiseResult:
+    """What one planning run did: stored a version, failed the case, or left it alone (why)."""
+
+    outcome: Outcome
+    version: PlanVersion | None = None
+    reason: str = ""
+
+
+def materialise_plan(case_id: int) -> MaterialiseResult:
     """Plan a case with its strategy and store the whole plan as a new version.
 
-    The planning itself (and its LLM calls) runs outside any transaction; the outcome is written
-    in one: on success the version with all its nodes and the case in `awaiting_approval`, on
-    failure the case in `plan_failed` with the reason and nothing partial. Every LLM call is
-    recorded and audited either way. Idempotent: a case no longer planning is left alone.
-    Returns the new version, or None when planning failed or was not needed.
+    The run first takes the case's planning lease (so a second delivery of the same message, or
+    the reconciler, does not plan it twice at once). The planning itself (and its LLM calls) runs
+    outside any transaction; the outcome is written in one: on success the version with all its
+    nodes and the case in `awaiting_approval`, on failure the case in `plan_failed` with the
+    reason and nothing partial. Every LLM call is recorded and audited either way. Idempotent: a
+    case no longer planning, or planned by another run that holds the lease, is left alone.
+    Raises Case.DoesNotExist for an unknown case.
     """
-    case = Case.objects.get(pk=case_id)
-    if case.status != CaseStatus.PLANNING:
-        return None
+    claimed = _claim_planning(case_id)
+    if claimed is not None:
+        return MaterialiseResult(Outcome.SKIPPED, reason=claimed)
     calls = CallLog()
     cache = DatabaseDecompositionCache()
+    case = Case.objects.get(pk=case_id)
     try:
         request = build_request(case, calls, cache)
         try:
@@ -197,16 +209,34 @@ def materialise_plan(case_id: int) -> PlanVersion | None:
         finally:
             request.close()
         validate_plan(plan, current_catalogue(), _limits())
+        plan = with_tool_risks(plan, {name: spec.risk for name, spec in all_tool_specs().items()})
     except (PlanningError, PlanningUnavailable, pydantic.ValidationError) as exc:
-        _fail_planning(case_id, _reason(exc), calls.records, cache)
-        return None
+        return _fail_planning(case_id, _reason(exc), calls.records, cache)
     except Exception as exc:
         logger.exception("planning case %s failed unexpectedly", case_id)
-        _fail_planning(
-            case_id, f"Planning failed unexpectedly ({type(exc).__name__}).", calls.records, cache
-        )
-        return None
+        reason = f"Planning failed unexpectedly ({type(exc).__name__})."
+        return _fail_planning(case_id, reason, calls.records, cache)
     return _store_plan(case_id, plan, calls.records, cache)
+
+
+@transaction.atomic
+def _claim_planning(case_id: int) -> str | None:
+    """Take the case's planning lease; return why not (the run then skips), or None."""
+    case = Case.objects.select_for_update().get(pk=case_id)
+    now = timezone.now()
+    if case.status != CaseStatus.PLANNING:
+        return f"the case is {case.status}, not planning"
+    if case.planning_lease_until is not None and case.planning_lease_until > now:
+        return "another planning run holds the case"
+    case.planning_attempts += 1
+    case.planning_lease_until = now + timedelta(seconds=settings.CASEHUB_PLANNING_LEASE_S)
+    case.save(update_fields=["planning_attempts", "planning_lease_until", "updated_at"])
+    append_event(
+        "planning.plan.started",
+        chain=case_chain(case.pk),
+        data={"case": case.pk, "attempt": case.planning_attempts},
+    )
+    return None
 
 
 def _limits() -> PlanLimits:
@@ -260,136 +290,119 @@ def _record_calls(case: Case, records: list[LlmCallRecord]) -> None:
         )
 
 
+def _finish_run(
+    case: Case, records: list[LlmCallRecord], cache: DatabaseDecompositionCache
+) -> str | None:
+    # A run's LLM calls are recorded even when another run already finished the case (L9).
+    _record_calls(case, records)
+    cache.flush()
+    if case.status != CaseStatus.PLANNING:
+        return f"the case is {case.status}, not planning"
+    return None
+
+
 @transaction.atomic
 def _fail_planning(
     case_id: int, reason: str, records: list[LlmCallRecord], cache: DatabaseDecompositionCache
-) -> None:
+) -> MaterialiseResult:
     case = Case.objects.select_for_update().get(pk=case_id)
-    if case.status != CaseStatus.PLANNING:
-        return
-    _record_calls(case, records)
-    cache.flush()
+    if (skipped := _finish_run(case, records, cache)) is not None:
+        return MaterialiseResult(Outcome.SKIPPED, reason=skipped)
     case.status = CaseStatus.PLAN_FAILED
     case.error = reason
-    case.save(update_fields=["status", "error", "updated_at"])
+    case.planning_lease_until = None
+    case.save(update_fields=["status", "error", "planning_lease_until", "updated_at"])
     append_event(
         "planning.plan.failed",
         chain=case_chain(case.pk),
         data={"case": case.pk, "reason": reason, "llm_calls": len(records)},
     )
-
-
-def _walk(node: Node, parent: str | None, depth: int) -> Iterator[tuple[Node, str | None, int]]:
-    yield node, parent, depth
-    if isinstance(node, Compound):
-        for child in node.children:
-            yield from _walk(child, node.key, depth + 1)
-
-
-def _node_row(
-    version: PlanVersion,
-    node: Node,
-    position: int,
-    depth: int,
-    plan: DagPlan,
-    risks: Mapping[str, str],
-) -> PlanNode:
-    provenance = {
-        "strategy": node.provenance.strategy,
-        "source": node.provenance.source,
-        "depth": node.provenance.depth,
-    }
-    declared = None if node.depends_on is None else list(node.depends_on)
-    if isinstance(node, Leaf):
-        return PlanNode(
-            version=version,
-            key=node.key,
-            position=position,
-            depth=depth,
-            kind=PlanNode.Kind.LEAF,
-            name=node.task[:300],
-            agent=node.agent,
-            task=node.task,
-            rationale=node.rationale,
-            tool=node.tool or "",
-            inputs=thaw(node.inputs),
-            depends_on=sorted(plan.dependencies[node.key]),
-            declared_depends_on=declared,
-            expected_output=node.expected_output or "",
-            failure_policy=node.failure_policy,
-            risk=node.risk or (risks.get(node.tool, "") if node.tool else ""),
-            provenance=provenance,
-            status=NodeStatus.PENDING,
-        )
-    return PlanNode(
-        version=version,
-        key=node.key,
-        position=position,
-        depth=depth,
-        kind=PlanNode.Kind.COMPOUND,
-        name=node.name[:300],
-        description=node.description,
-        declared_depends_on=declared,
-        provenance=provenance,
-        status=NodeStatus.PENDING,
-    )
+    return MaterialiseResult(Outcome.FAILED, reason=reason)
 
 
 @transaction.atomic
 def _store_plan(
     case_id: int, plan: DagPlan, records: list[LlmCallRecord], cache: DatabaseDecompositionCache
-) -> PlanVersion | None:
+) -> MaterialiseResult:
     case = Case.objects.select_for_update().get(pk=case_id)
-    if case.status != CaseStatus.PLANNING:
-        return None
-    _record_calls(case, records)
-    cache.flush()
-    number = (case.versions.order_by("-number").values_list("number", flat=True).first() or 0) + 1
-    critical = plan.critical_path()
-    version = PlanVersion.objects.create(
-        case=case,
-        number=number,
-        strategy=case.strategy,
-        content_hash=content_hash(plan),
-        warnings=list(plan.warnings),
-        llm_calls=plan.llm_calls,
-        leaf_count=len(plan.leaves),
-        critical_path=len(critical),
-        width=plan.width(),
-    )
-    risks = {name: spec.risk for name, spec in all_tool_specs().items()}
-    # Insert level by level so that every parent has its primary key before its children.
-    by_depth: dict[int, list[tuple[PlanNode, str | None]]] = {}
-    for position, (node, parent, depth) in enumerate(_walk(plan.root, None, 0)):
-        row = _node_row(version, node, position, depth, plan, risks)
-        by_depth.setdefault(depth, []).append((row, parent))
-    saved: dict[str, PlanNode] = {}
-    for depth in sorted(by_depth):
-        level = by_depth[depth]
-        for row, parent in level:
-            row.parent = saved[parent] if parent is not None else None
-        for row in PlanNode.objects.bulk_create([row for row, _ in level], batch_size=500):
-            saved[row.key] = row
+    if (skipped := _finish_run(case, records, cache)) is not None:
+        return MaterialiseResult(Outcome.SKIPPED, reason=skipped)
+    version = store_version(case, plan)
     case.status = CaseStatus.AWAITING_APPROVAL
     case.current_version = version
     case.error = ""
-    case.save(update_fields=["status", "current_version", "error", "updated_at"])
+    case.planning_lease_until = None
+    case.save(
+        update_fields=["status", "current_version", "error", "planning_lease_until", "updated_at"]
+    )
     append_event(
         "planning.plan.materialised",
         chain=case_chain(case.pk),
         data={
             "case": case.pk,
-            "version": number,
+            "version": version.number,
             "content_hash": version.content_hash,
             "strategy": case.strategy,
             "leaves": version.leaf_count,
             "llm_calls": version.llm_calls,
             "warnings": version.warnings,
-            "critical_path": critical,
+            "critical_path": list(plan.critical_path()),
             "width": version.width,
         },
     )
-    return version
+    return MaterialiseResult(Outcome.MATERIALISED, version=version)
+
+
+# Recovering lost planning --------------------------------------------------------------------
+
+
+@transaction.atomic
+def reconcile_planning() -> list[int]:
+    """Re-enqueue the cases stuck in `planning`; fail those that used up their attempts.
+
+    A case is stuck when no run took it within one reconcile interval of its submission (its
+    message was lost) or its run's lease expired (the worker died). Returns the re-enqueued ids.
+    """
+    now = timezone.now()
+    unclaimed_since = now - timedelta(seconds=settings.CASEHUB_RECONCILE_INTERVAL_S)
+    stuck = (
+        Case.objects.select_for_update(skip_locked=True)
+        .filter(status=CaseStatus.PLANNING)
+        .filter(
+            Q(planning_lease_until__lt=now)
+            | Q(planning_lease_until__isnull=True, updated_at__lt=unclaimed_since)
+        )
+        .order_by("pk")
+    )
+    requeued: list[int] = []
+    for case in stuck:
+        if case.planning_attempts >= settings.CASEHUB_PLANNING_MAX_ATTEMPTS:
+            reason = (
+                f"Planning did not finish after {case.planning_attempts} attempts (the workers "
+                "running it stopped). Submit the case again."
+            )
+            case.status = CaseStatus.PLAN_FAILED
+            case.error = reason
+            case.planning_lease_until = None
+            case.save(update_fields=["status", "error", "planning_lease_until", "updated_at"])
+            append_event(
+                "planning.plan.failed",
+                chain=case_chain(case.pk),
+                data={"case": case.pk, "reason": reason, "attempts": case.planning_attempts},
+            )
+            continue
+        lost = "lease expired" if case.planning_lease_until is not None else "never started"
+        case.planning_lease_until = None
+        # Touch updated_at so an unclaimed case waits a full interval before the next resend.
+        case.save(update_fields=["planning_lease_until", "updated_at"])
+        append_event(
+            "planning.plan.requeued",
+            chain=case_chain(case.pk),
+            data={"case": case.pk, "attempts": case.planning_attempts, "why": lost},
+        )
+        dispatch.enqueue_planning(case.pk)
+        requeued.append(case.pk)
+    return requeued
 
 
 # API tokens ----------------------------------------------------------------------------------
@@ -423,8 +436,11 @@ def user_for_token(raw: str) -> AbstractBaseUser | None:
 
 __all__ = [
     "CaseInvalid",
+    "MaterialiseResult",
+    "Outcome",
     "issue_api_token",
     "materialise_plan",
+    "reconcile_planning",
     "submit_case",
     "user_for_token",
 ]

@@ -122,6 +122,12 @@ class Case(models.Model):
         max_length=20, choices=CaseStatus.choices, default=CaseStatus.PLANNING
     )
     error = models.TextField(blank=True)
+    planning_attempts = models.PositiveSmallIntegerField(
+        default=0, help_text="How many planning runs have started for this case."
+    )
+    planning_lease_until = models.DateTimeField(
+        null=True, blank=True, help_text="Until when the running planning attempt holds the case."
+    )
     current_version = models.ForeignKey(
         "PlanVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
@@ -206,7 +212,7 @@ class PlanNode(models.Model):
     position = models.PositiveIntegerField(help_text="Order of the node in the tree (pre-order).")
     depth = models.PositiveSmallIntegerField(default=0)
     kind = models.CharField(max_length=10, choices=Kind.choices)
-    name = models.CharField(max_length=300, blank=True)
+    name = models.TextField(blank=True)
     description = models.TextField(blank=True)
     agent = models.CharField(max_length=100, blank=True)
     task = models.TextField(blank=True)

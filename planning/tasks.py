@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from planning.actions import materialise_plan
+from planning import actions
+from planning.dispatch import PLAN_CASE, RECONCILE_PLANNING
 
 
-@shared_task(name="planning.plan_case", acks_late=True)
-def plan_case(case_id: int) -> int | None:
-    """Materialise the plan of a case; return the new version's number (None if none)."""
-    version = materialise_plan(case_id)
-    return version.number if version is not None else None
+@shared_task(name=PLAN_CASE, acks_late=True)
+def plan_case(case_id: int) -> str:
+    """Materialise the plan of a case; return the outcome (materialised, failed or skipped)."""
+    return actions.materialise_plan(case_id).outcome
+
+
+@shared_task(name=RECONCILE_PLANNING)
+def reconcile_planning() -> list[int]:
+    """Re-enqueue cases whose planning message was lost or whose worker died; return their ids."""
+    return actions.reconcile_planning()

@@ -8,7 +8,7 @@ from django.test import override_settings
 
 from oversight.audit import case_chain, verify_chain
 from oversight.models import AuditEvent
-from planning.actions import CaseInvalid, materialise_plan, submit_case
+from planning.actions import CaseInvalid, Outcome, materialise_plan, submit_case
 from planning.models import (
     Case,
     CaseStatus,
@@ -98,7 +98,7 @@ def test_invalid_cases_name_the_field_and_write_nothing(
 
 def test_static_plan_is_stored_whole_as_version_one() -> None:
     case = _submit(personas.analyst())
-    version = materialise_plan(case.pk)
+    version = materialise_plan(case.pk).version
     case.refresh_from_db()
     assert version is not None
     assert case.status == CaseStatus.AWAITING_APPROVAL
@@ -115,21 +115,25 @@ def test_static_plan_is_stored_whole_as_version_one() -> None:
     assert nodes["place-hold"].risk == "financial"
     assert nodes["check-totals"].parent == nodes["verify-invoice"]
     assert version.leaf_count == sum(1 for n in nodes.values() if n.kind == "leaf")
-    assert _actions(case) == ["planning.case.submitted", "planning.plan.materialised"]
+    assert _actions(case) == [
+        "planning.case.submitted",
+        "planning.plan.started",
+        "planning.plan.materialised",
+    ]
     assert verify_chain(case_chain(case.pk)) == []
 
 
 def test_materialising_twice_changes_nothing() -> None:
     case = _submit(personas.analyst())
     materialise_plan(case.pk)
-    assert materialise_plan(case.pk) is None
+    assert materialise_plan(case.pk).outcome == Outcome.SKIPPED
     assert PlanVersion.objects.filter(case=case).count() == 1
 
 
 @pytest.mark.parametrize("strategy", ["forward", "goal"])
 def test_forward_and_goal_oriented_plans_of_the_same_case_are_stored_too(strategy: str) -> None:
     case = _submit(personas.analyst(), strategy=strategy)
-    version = materialise_plan(case.pk)
+    version = materialise_plan(case.pk).version
     case.refresh_from_db()
     assert version is not None, case.error
     assert version.strategy == strategy
@@ -143,7 +147,7 @@ def test_llm_planning_without_a_provider_fails_telling_the_admin_what_to_set() -
     case = _submit(
         personas.analyst(), domain="", inputs={}, strategy="llm", goal="Investigate fraud"
     )
-    assert materialise_plan(case.pk) is None
+    assert materialise_plan(case.pk).outcome == Outcome.FAILED
     case.refresh_from_db()
     assert case.status == CaseStatus.PLAN_FAILED
     assert "OPENAI_BASE_URL" in case.error and "OPENAI_API_KEY" in case.error
@@ -159,7 +163,7 @@ def test_hybrid_without_a_provider_still_plans_what_static_methods_cover() -> No
         strategy="hybrid",
         inputs={"kind": "database-outage", "service": "billing-db"},
     )
-    assert materialise_plan(case.pk) is not None
+    assert materialise_plan(case.pk).outcome == Outcome.MATERIALISED
 
 
 def test_llm_plan_at_depth_two_records_and_audits_every_call(fake_openai: FakeOpenAIServer) -> None:
@@ -173,7 +177,7 @@ def test_llm_plan_at_depth_two_records_and_audits_every_call(fake_openai: FakeOp
         max_depth=2,
     )
     with _llm(fake_openai):
-        version = materialise_plan(case.pk)
+        version = materialise_plan(case.pk).version
     assert version is not None
     assert version.llm_calls == 2
     leaves = list(
@@ -206,7 +210,7 @@ def test_identical_llm_requests_are_answered_from_the_stored_cache(
         materialise_plan(first.pk)
         calls_after_first = len(fake_openai.requests)
         second = _submit(user, domain="", inputs={}, strategy="llm", goal="investigate-fraud")
-        version = materialise_plan(second.pk)
+        version = materialise_plan(second.pk).version
     assert calls_after_first == 2
     assert len(fake_openai.requests) == calls_after_first
     assert version is not None
@@ -227,7 +231,7 @@ def test_hybrid_asks_the_llm_only_for_an_unknown_incident(fake_openai: FakeOpenA
             user, domain="incident", strategy="hybrid",
             inputs={"kind": "certificate-expiry", "service": "web"},
         )  # fmt: skip
-        version = materialise_plan(unknown.pk)
+        version = materialise_plan(unknown.pk).version
     assert version is not None
     assert len(fake_openai.requests) == 1
     assert "certificate-expiry" in fake_openai.requests[0].user_prompt
@@ -241,7 +245,7 @@ def test_a_failing_llm_leaves_plan_failed_and_no_plan_rows(fake_openai: FakeOpen
     fake_openai.responder = lambda request: FakeReply(status=500, should_retry=False)
     case = _submit(personas.analyst(), domain="", inputs={}, strategy="llm", goal="investigate")
     with _llm(fake_openai):
-        assert materialise_plan(case.pk) is None
+        assert materialise_plan(case.pk).outcome == Outcome.FAILED
     case.refresh_from_db()
     assert case.status == CaseStatus.PLAN_FAILED
     assert case.error
@@ -255,7 +259,7 @@ def test_exceeding_the_call_budget_fails_cleanly(fake_openai: FakeOpenAIServer) 
     fake_openai.responder = fraud_plan_responder
     case = _submit(personas.analyst(), domain="", inputs={}, strategy="llm", goal="investigate")
     with _llm(fake_openai), override_settings(CASEHUB_LLM_MAX_CALLS=1):
-        assert materialise_plan(case.pk) is None
+        assert materialise_plan(case.pk).outcome == Outcome.FAILED
     case.refresh_from_db()
     assert case.status == CaseStatus.PLAN_FAILED
     assert "call" in case.error.lower()

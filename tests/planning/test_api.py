@@ -263,10 +263,10 @@ def test_agents_are_paginated() -> None:
 def test_an_analyst_submits_a_case_and_its_planning_is_enqueued_not_run(
     django_capture_on_commit_callbacks: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from planning import tasks
+    from planning import dispatch
 
-    enqueued: list[int] = []
-    monkeypatch.setattr(tasks.plan_case, "delay", enqueued.append)
+    enqueued: list[object] = []
+    monkeypatch.setattr(dispatch, "_send", lambda name, *args: enqueued.append((name, *args)))
     client = _client(personas.analyst())
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         response = _post(client, "/api/cases", INVOICE_CASE)
@@ -289,7 +289,7 @@ def test_an_analyst_submits_a_case_and_its_planning_is_enqueued_not_run(
     assert enqueued == []
     assert len(callbacks) == 1
     callbacks[0]()
-    assert enqueued == [case.pk]
+    assert enqueued == [("planning.plan_case", case.pk)]
 
 
 def test_a_case_without_a_domain_is_accepted_for_llm_planning(

@@ -1,0 +1,194 @@
+"""Plan versions: a `DagPlan` to plan-version rows, and rows back to the same `DagPlan`.
+
+A version's `content_hash` is the hash of the `DagPlan` it was stored from, and `load_plan`
+rebuilds that plan exactly, so `content_hash(load_plan(v)) == v.content_hash`: edits, readiness
+and approval binding all start from the rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping
+
+from planning.core.dag import DagPlan
+from planning.core.serialize import content_hash
+from planning.core.tree import Compound, Leaf, Node, Provenance, thaw
+from planning.models import Case, NodeStatus, PlanNode, PlanVersion
+
+
+class VersionCorrupt(Exception):
+    """The rows of a plan version do not rebuild the plan they were stored from."""
+
+
+def with_tool_risks(plan: DagPlan, risks: Mapping[str, str]) -> DagPlan:
+    """Return the plan with each tool leaf's risk filled in from its tool's risk class.
+
+    A risk the plan already names (an explicit mark in a pack) is kept. The risk becomes part of
+    the content hash, so an approval binds to the risk the reviewer saw.
+    """
+
+    def resolve(node: Node) -> Node:
+        if isinstance(node, Leaf):
+            if node.risk or not node.tool or node.tool not in risks:
+                return node
+            return dataclasses.replace(node, risk=risks[node.tool])
+        return dataclasses.replace(node, children=tuple(resolve(c) for c in node.children))
+
+    root = resolve(plan.root)
+    assert isinstance(root, Compound)
+    return DagPlan.build(root, warnings=plan.warnings, llm_calls=plan.llm_calls)
+
+
+def _walk(node: Node, parent: str | None, depth: int) -> Iterator[tuple[Node, str | None, int]]:
+    yield node, parent, depth
+    if isinstance(node, Compound):
+        for child in node.children:
+            yield from _walk(child, node.key, depth + 1)
+
+
+def _provenance(node: Node) -> dict[str, object]:
+    return {
+        "strategy": node.provenance.strategy,
+        "source": node.provenance.source,
+        "depth": node.provenance.depth,
+    }
+
+
+def _row(version: PlanVersion, node: Node, position: int, depth: int, plan: DagPlan) -> PlanNode:
+    declared = None if node.depends_on is None else list(node.depends_on)
+    common = {
+        "version": version,
+        "key": node.key,
+        "position": position,
+        "depth": depth,
+        "declared_depends_on": declared,
+        "provenance": _provenance(node),
+        "status": NodeStatus.PENDING,
+    }
+    if isinstance(node, Leaf):
+        return PlanNode(
+            kind=PlanNode.Kind.LEAF,
+            name=node.task,
+            agent=node.agent,
+            task=node.task,
+            rationale=node.rationale,
+            tool=node.tool or "",
+            inputs=thaw(node.inputs),
+            depends_on=sorted(plan.dependencies[node.key]),
+            expected_output=node.expected_output or "",
+            failure_policy=node.failure_policy,
+            risk=node.risk or "",
+            **common,
+        )
+    return PlanNode(
+        kind=PlanNode.Kind.COMPOUND, name=node.name, description=node.description, **common
+    )
+
+
+def store_version(case: Case, plan: DagPlan) -> PlanVersion:
+    """Write `plan` as the case's next version with one row per node; return the version.
+
+    Call inside the transaction that changes the case; the rows are inserted level by level so
+    every parent has its primary key before its children.
+    """
+    number = (case.versions.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+    version = PlanVersion.objects.create(
+        case=case,
+        number=number,
+        strategy=case.strategy,
+        content_hash=content_hash(plan),
+        warnings=list(plan.warnings),
+        llm_calls=plan.llm_calls,
+        leaf_count=len(plan.leaves),
+        critical_path=len(plan.critical_path()),
+        width=plan.width(),
+    )
+    by_depth: dict[int, list[tuple[PlanNode, str | None]]] = {}
+    for position, (node, parent, depth) in enumerate(_walk(plan.root, None, 0)):
+        by_depth.setdefault(depth, []).append((_row(version, node, position, depth, plan), parent))
+    saved: dict[str, PlanNode] = {}
+    for depth in sorted(by_depth):
+        level = by_depth[depth]
+        for row, parent in level:
+            row.parent = saved[parent] if parent is not None else None
+        for row in PlanNode.objects.bulk_create([row for row, _ in level], batch_size=500):
+            saved[row.key] = row
+    return version
+
+
+def _deps(value: list[str] | None) -> tuple[str, ...] | None:
+    return None if value is None else tuple(value)
+
+
+def _node(row: PlanNode, children: tuple[Node, ...]) -> Node:
+    provenance = Provenance(**row.provenance)
+    if row.kind == PlanNode.Kind.LEAF:
+        return Leaf(
+            key=row.key,
+            agent=row.agent,
+            task=row.task,
+            rationale=row.rationale,
+            tool=row.tool or None,
+            inputs=row.inputs,
+            depends_on=_deps(row.declared_depends_on),
+            expected_output=row.expected_output or None,
+            failure_policy=row.failure_policy or "abort",  # type: ignore[arg-type]
+            risk=row.risk or None,
+            provenance=provenance,
+        )
+    return Compound(
+        key=row.key,
+        name=row.name,
+        description=row.description,
+        children=children,
+        depends_on=_deps(row.declared_depends_on),
+        provenance=provenance,
+    )
+
+
+def plan_from_rows(
+    rows: Iterable[PlanNode], *, warnings: Iterable[str] = (), llm_calls: int = 0
+) -> DagPlan:
+    """Rebuild a `DagPlan` from the node rows of one version (any order).
+
+    Raises VersionCorrupt when the rows have no single root or a row's parent is missing.
+    """
+    rows = sorted(rows, key=lambda r: r.position)
+    children: dict[int | None, list[PlanNode]] = {}
+    for row in rows:
+        children.setdefault(row.parent_id, []).append(row)
+    roots = children.get(None, [])
+    if len(roots) != 1:
+        raise VersionCorrupt(f"a plan version needs exactly one root node, found {len(roots)}")
+
+    def build(row: PlanNode) -> Node:
+        return _node(row, tuple(build(child) for child in children.get(row.pk, ())))
+
+    root = build(roots[0])
+    if not isinstance(root, Compound):
+        raise VersionCorrupt("the root of a plan version must be a compound task")
+    built = sum(1 for _ in root.walk())
+    if built != len(rows):
+        raise VersionCorrupt(f"{len(rows) - built} node row(s) are not reachable from the root")
+    return DagPlan.build(root, warnings=tuple(warnings), llm_calls=llm_calls)
+
+
+def load_plan(version: PlanVersion) -> DagPlan:
+    """Return the `DagPlan` a version was stored from (two queries at most).
+
+    Raises VersionCorrupt when the rows no longer hash to the version's content hash.
+    """
+    plan = plan_from_rows(
+        PlanNode.objects.filter(version=version),
+        warnings=version.warnings,
+        llm_calls=version.llm_calls,
+    )
+    if content_hash(plan) != version.content_hash:
+        raise VersionCorrupt(
+            f"plan version {version.number} of case {version.case_id} does not match its "
+            "content hash"
+        )
+    return plan
+
+
+__all__ = ["VersionCorrupt", "load_plan", "plan_from_rows", "store_version", "with_tool_risks"]
