@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from celery import current_app
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required, permission_required
 from django.core.paginator import Paginator
@@ -17,6 +16,7 @@ from django.views.decorators.http import require_GET
 from django_htmx.middleware import HtmxDetails
 
 from oversight import roles
+from oversight.dispatch import broker_status
 from oversight.models import AuditEvent, WorkerHeartbeat
 
 
@@ -63,17 +63,6 @@ def _database_status() -> dict[str, object]:
     return {"ok": True, "vendor": connection.vendor}
 
 
-def _broker_status() -> dict[str, object]:
-    app = current_app
-    try:
-        with app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=1, timeout=3)
-            transport = conn.transport_cls
-    except Exception as exc:
-        return {"ok": False, "error": type(exc).__name__}
-    return {"ok": True, "transport": str(transport)}
-
-
 def _worker_status() -> dict[str, object]:
     stale_after = timedelta(seconds=settings.CASEHUB_HEARTBEAT_STALE_S)
     try:
@@ -103,7 +92,7 @@ def health(request: HttpRequest) -> JsonResponse:
     """Report database, broker and worker heartbeat; 200 when all are healthy, else 503."""
     checks = {
         "database": _database_status(),
-        "broker": _broker_status(),
+        "broker": broker_status(),
         "worker": _worker_status(),
     }
     healthy = all(check["ok"] for check in checks.values())

@@ -1,0 +1,95 @@
+"""The layering of STYLE.md, checked on the source: dependencies point one way, Celery lives in
+dispatch and tasks modules only, and one module talks to the LLM."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+APPS = ("casehub", "planning", "oversight")
+# Worker plumbing that is Celery by nature: the app itself and the heartbeat bootstep.
+CELERY_MODULES = {"casehub/celery.py", "oversight/worker.py"}
+PURE = ("planning.core", "planning.packs")
+
+
+def _sources() -> Iterator[tuple[str, ast.Module]]:
+    for app in APPS:
+        for path in sorted((ROOT / app).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            if "/migrations/" in relative:
+                continue
+            yield relative, ast.parse(path.read_text(), filename=relative)
+
+
+def _imports(tree: ast.Module) -> Iterator[str]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+
+
+def _top(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
+def test_planning_imports_nothing_of_oversight_but_the_audit_module() -> None:
+    offenders = [
+        f"{path}: {name}"
+        for path, tree in _sources()
+        if path.startswith("planning/")
+        for name in _imports(tree)
+        if _top(name) == "oversight" and name != "oversight.audit"
+    ]
+    assert offenders == []
+
+
+def test_the_planning_core_and_packs_import_no_app() -> None:
+    offenders = [
+        f"{path}: {name}"
+        for path, tree in _sources()
+        if path.startswith(("planning/core/", "planning/packs/"))
+        for name in _imports(tree)
+        if _top(name) in {"django", "oversight", "casehub", "celery", "ninja", "django_htmx"}
+        or (
+            name.startswith("planning.")
+            and not name.startswith(("planning.core", "planning.packs"))
+        )
+    ]
+    assert offenders == []
+
+
+def test_only_dispatch_and_tasks_modules_know_celery() -> None:
+    offenders = []
+    for path, tree in _sources():
+        if path.endswith(("/dispatch.py", "/tasks.py")) or path in CELERY_MODULES:
+            continue
+        offenders += [f"{path}: import {name}" for name in _imports(tree) if _top(name) == "celery"]
+        offenders += [
+            f"{path}:{node.lineno}: .{node.func.attr}()"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in {"delay", "apply_async", "send_task"}
+        ]
+    assert offenders == []
+
+
+def test_tasks_are_sent_by_name_from_dispatch_modules_only() -> None:
+    offenders = [
+        f"{path}: {name}"
+        for path, tree in _sources()
+        if path.endswith("/dispatch.py")
+        for name in _imports(tree)
+        if name.endswith(".tasks")
+    ]
+    assert offenders == []
+
+
+def test_one_module_talks_to_the_llm_server() -> None:
+    users = sorted(
+        path for path, tree in _sources() if any(_top(name) == "openai" for name in _imports(tree))
+    )
+    assert users == ["planning/core/llm/client.py"]
