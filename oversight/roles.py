@@ -8,6 +8,8 @@ from django.apps import apps as global_apps
 from django.contrib.auth.management import create_permissions
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, Permission
 
+from planning import rules
+
 ANALYST = "analyst"
 OFFICER = "compliance officer"
 AUDITOR = "auditor"
@@ -17,11 +19,11 @@ ROLES = (ANALYST, OFFICER, AUDITOR, ADMIN)
 # Admins manage users and configuration but hold no gate or audit-changing permission
 # (separation of duties): they are staff, never superusers.
 ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
-    ANALYST: ("oversight.submit_case",),
-    OFFICER: ("oversight.view_all_cases", "oversight.decide_gate", "oversight.edit_plan"),
-    AUDITOR: ("oversight.view_all_cases", "oversight.view_audit", "oversight.export_audit"),
+    ANALYST: (rules.SUBMIT_CASE,),
+    OFFICER: (rules.VIEW_ALL_CASES, "oversight.decide_gate", "oversight.edit_plan"),
+    AUDITOR: (rules.VIEW_ALL_CASES, rules.VIEW_AUDIT, "oversight.export_audit"),
     ADMIN: (
-        "oversight.configure",
+        rules.CONFIGURE,
         "auth.view_user",
         "auth.add_user",
         "auth.change_user",
