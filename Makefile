@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml scripts/find-python
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $@
 
-## run: the web server on 127.0.0.1:$(PORT) and a Celery worker on the embedded broker (demo mode)
+## run: gunicorn on 127.0.0.1:$(PORT), a Celery worker and Celery beat on the embedded broker (demo mode)
 run: venv
 	CASEHUB_DEMO=1 $(PY) manage.py runcasehub 127.0.0.1:$(PORT)
 

@@ -1,56 +1,195 @@
-"""Migrate, seed the demo, and run the web server with a Celery worker beside it."""
+"""Migrate, seed the demo, and run gunicorn, a Celery worker and Celery beat side by side."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
 import sys
-from typing import Any
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, TextIO
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+# Ctrl-C, a service manager and CI stop everything the same way.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Service:
+    """One long-running child process: a name for the log and its command line."""
+
+    name: str
+    argv: tuple[str, ...]
+
+
+class ServiceExited(RuntimeError):
+    """A service stopped by itself while the others were meant to keep running."""
+
+    def __init__(self, name: str, returncode: int) -> None:
+        super().__init__(f"{name} exited with status {returncode}; the other services were stopped")
+        self.name = name
+        self.returncode = returncode
+
+
+@dataclass(slots=True, kw_only=True)
+class Supervisor:
+    """Start services, forward a stop signal to each, and stop all when one of them exits."""
+
+    services: Sequence[Service]
+    out: TextIO
+    stop_timeout_s: float = 20.0
+    poll_interval_s: float = 0.2
+    _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, init=False)
+    _stop_signal: int | None = field(default=None, init=False)
+    _is_stopping: bool = field(default=False, init=False)
+
+    def run(self) -> None:
+        """Run until a stop signal arrives or a service exits, then stop every service.
+
+        Raises ServiceExited when a service stopped by itself.
+        """
+        previous = {sig: signal.signal(sig, self._request_stop) for sig in STOP_SIGNALS}
+        exited: tuple[str, int] | None = None
+        try:
+            for service in self.services:
+                if self._stop_signal is not None:
+                    break
+                # Each child gets its own process group: the terminal's Ctrl-C reaches only this
+                # process, which then stops every child exactly once.
+                process = subprocess.Popen(service.argv, process_group=0)
+                self._processes[service.name] = process
+                self.out.write(f"Started {service.name} (pid {process.pid}).\n")
+            self.out.flush()
+            while self._stop_signal is None and exited is None:
+                exited = self._first_exited()
+                time.sleep(self.poll_interval_s)
+        finally:
+            self._stop_all()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if exited is not None and self._stop_signal is None:
+            raise ServiceExited(*exited)
+
+    @property
+    def returncodes(self) -> dict[str, int | None]:
+        """Return each started service's exit status by name (None while it runs)."""
+        return {name: process.poll() for name, process in self._processes.items()}
+
+    def _request_stop(self, signum: int, frame: FrameType | None) -> None:
+        # A second Ctrl-C while the services finish their work kills them. Only SIGINT: make
+        # passes its own SIGTERM on, so one `kill` can arrive twice.
+        if self._is_stopping and signum == signal.SIGINT:
+            for process in self._processes.values():
+                if process.poll() is None:
+                    process.kill()
+        self._stop_signal = signum
+
+    def _first_exited(self) -> tuple[str, int] | None:
+        for name, process in self._processes.items():
+            returncode = process.poll()
+            if returncode is not None:
+                return name, returncode
+        return None
+
+    def _stop_all(self) -> None:
+        self._is_stopping = True
+        # All at once: each finishes its in-flight work (requests, tasks) in parallel.
+        running = [(n, p) for n, p in self._processes.items() if p.poll() is None]
+        if running:
+            names = ", ".join(name for name, _ in running)
+            self.out.write(f"Stopping {names} (Ctrl-C again kills them).\n")
+            self.out.flush()
+        for _, process in running:
+            process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_timeout_s
+        for name, process in running:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.out.write(f"{name} did not stop within {self.stop_timeout_s:g} s; killed.\n")
+                process.kill()
+                process.wait()
+        self.out.flush()
+
+
+def casehub_services(
+    *, host: str, port: int, web_workers: int, web_threads: int, concurrency: int
+) -> tuple[Service, ...]:
+    """Return the web server, the worker and the scheduler that make one CaseHub."""
+    python = sys.executable
+    celery = (python, "-m", "celery", "-A", "casehub")
+    # Few processes, several threads: SQLite in WAL mode takes one writer at a time.
+    web = (
+        python, "-m", "gunicorn", "casehub.wsgi:application", "--bind", f"{host}:{port}",
+        "--workers", str(web_workers), "--threads", str(web_threads), "--worker-class", "gthread",
+        "--graceful-timeout", "10", "--no-control-socket", "--error-logfile", "-",
+    )  # fmt: skip
+    worker = (
+        *celery, "worker", "--loglevel", "INFO", "--pool", "threads",
+        "--concurrency", str(concurrency), "--hostname", f"casehub-{port}@%h",
+        "--without-mingle", "--without-gossip",
+    )  # fmt: skip
+    beat = (
+        *celery, "beat", "--loglevel", "INFO",
+        "--schedule", str(settings.VAR_DIR / "celerybeat-schedule"),
+    )  # fmt: skip
+    return (
+        Service(name="web server (gunicorn)", argv=web),
+        Service(name="Celery worker", argv=worker),
+        Service(name="Celery beat", argv=beat),
+    )
+
+
+def _parse_addrport(addrport: str) -> tuple[str, int]:
+    host, _, port = addrport.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise CommandError(f"{addrport!r} is not HOST:PORT with a port between 1 and 65535")
+    return host or "127.0.0.1", int(port)
 
 
 class Command(BaseCommand):
-    help = "Run CaseHub: migrate, seed demo data in demo mode, start a worker and the web server."
+    help = (
+        "Run CaseHub: migrate, seed the demo in demo mode, then serve through gunicorn with a "
+        "Celery worker and Celery beat; Ctrl-C or SIGTERM stops all three."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("addrport", nargs="?", default="127.0.0.1:8000")
-        parser.add_argument("--concurrency", type=int, default=4, help="worker threads")
+        parser.add_argument("--web-workers", type=int, default=2, help="gunicorn processes")
+        parser.add_argument("--web-threads", type=int, default=4, help="threads per process")
+        parser.add_argument("--concurrency", type=int, default=4, help="Celery worker threads")
 
-    def handle(self, *args: Any, addrport: str, concurrency: int, **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        addrport: str,
+        web_workers: int,
+        web_threads: int,
+        concurrency: int,
+        **options: Any,
+    ) -> None:
+        host, port = _parse_addrport(addrport)
         call_command("migrate", interactive=False, verbosity=0)
         self.stdout.write("Database migrated.")
         if settings.DEMO:
             call_command("seed_demo")
-        worker = subprocess.Popen(
-            [
-                sys.executable, "-m", "celery", "-A", "casehub", "worker",
-                "--loglevel", "INFO", "--pool", "threads", "--concurrency", str(concurrency),
-                "--hostname", f"casehub-{addrport.rsplit(':', 1)[-1]}@%h",
-            ]
-        )  # fmt: skip
-        # SIGTERM (a service manager, CI) ends the server the way Ctrl-C does.
-        signal.signal(signal.SIGTERM, _interrupt)
-        self.stdout.write(f"Worker started (pid {worker.pid}). Web server on http://{addrport}/")
+        services = casehub_services(
+            host=host,
+            port=port,
+            web_workers=web_workers,
+            web_threads=web_threads,
+            concurrency=concurrency,
+        )
+        self.stdout.write(f"CaseHub on http://{host}:{port}/ (Ctrl-C stops it).")
+        self.stdout.flush()
+        supervisor = Supervisor(services=services, out=sys.stdout)
         try:
-            call_command("runserver", addrport, use_reloader=False)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            self._stop(worker)
-
-    def _stop(self, worker: subprocess.Popen[bytes]) -> None:
-        if worker.poll() is None:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
+            supervisor.run()
+        except ServiceExited as exc:
+            raise CommandError(str(exc), returncode=max(exc.returncode, 1)) from exc
         self.stdout.write("CaseHub stopped.")
