@@ -10,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
 from planning.core.goal import Capability, GoalOrientedDecomposition
-from planning.core.static import MethodLibrary
 from planning.core.tree import Goal, thaw
+
+if TYPE_CHECKING:
+    # Only a type here: the static planner imports the validation, which imports this module.
+    from planning.core.static import MethodLibrary
 
 type ToolRisk = Literal["read", "write", "financial", "external", "destructive"]
 type AgentKind = Literal["tool", "llm", "human"]

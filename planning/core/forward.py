@@ -6,7 +6,8 @@ Leaf dependencies are derived from state access instead of sibling order: a step
 the last writer of every key it reads (declared `reads` plus every key the guards and
 decompositions above it looked at) and of every key it writes, and for the readers of the
 keys it overwrites. Steps that touch disjoint keys stay parallel. The caller's state is
-never modified.
+never modified. A subtask used twice gets unique keys as in static planning (`place_keys`);
+the keys taken so far belong to the projection, so a backtracked branch gives its keys back.
 """
 
 from __future__ import annotations
@@ -18,7 +19,16 @@ from typing import Any
 
 from planning.core.dag import DagPlan
 from planning.core.errors import BudgetExceeded, NoMethodMatched
-from planning.core.static import Item, MethodLibrary, Step, TaskRef, is_within_budget, stamp
+from planning.core.static import (
+    Item,
+    KeyScope,
+    MethodLibrary,
+    Step,
+    TaskRef,
+    is_within_budget,
+    place_keys,
+    stamp,
+)
 from planning.core.tree import Compound, Goal, Leaf, Node, Provenance
 
 
@@ -54,6 +64,7 @@ class _Projection:
     facts: Mapping[str, Any]
     writer: Mapping[str, str]
     readers: Mapping[str, frozenset[str]]
+    keys: frozenset[str]
 
     def apply(
         self, key: str, reads: frozenset[str], effects: Mapping[str, Any]
@@ -75,8 +86,14 @@ class _Projection:
             writer[k] = key
             readers[k] = frozenset()
         return tuple(sorted(deps)), _Projection(
-            MappingProxyType(facts), MappingProxyType(writer), MappingProxyType(readers)
+            MappingProxyType(facts), MappingProxyType(writer), MappingProxyType(readers), self.keys
         )
+
+    def place(
+        self, items: Sequence[Item], parent: str, scope: KeyScope
+    ) -> tuple[tuple[tuple[Item, KeyScope], ...], _Projection]:
+        placed, keys = place_keys(items, parent, self.keys, scope)
+        return placed, replace(self, keys=keys)
 
 
 class _Search:
@@ -88,7 +105,12 @@ class _Search:
         self.expansions = 0
 
     def task(
-        self, ref: TaskRef, proj: _Projection, depth: int, context: frozenset[str]
+        self,
+        ref: TaskRef,
+        proj: _Projection,
+        depth: int,
+        context: frozenset[str],
+        scope: KeyScope,
     ) -> Iterator[tuple[Compound, _Projection]]:
         strategy = self.strategy
         if depth + 1 > strategy.max_depth:
@@ -104,10 +126,10 @@ class _Search:
             view = _RecordingView(proj.facts)
             if not method.guard(view):
                 continue
-            items = method.decompose(view)
+            items, placed = proj.place(method.decompose(view), ref.key, scope)
             reads = context | frozenset(view.read)
             provenance = Provenance(strategy="forward", source=method.name, depth=depth + 1)
-            for children, after in self.sequence(items, proj, provenance, reads):
+            for children, after in self.sequence(items, placed, provenance, reads):
                 node = Compound(
                     key=ref.key,
                     name=ref.task,
@@ -121,7 +143,7 @@ class _Search:
 
     def sequence(
         self,
-        items: Sequence[Item],
+        items: Sequence[tuple[Item, KeyScope]],
         proj: _Projection,
         provenance: Provenance,
         context: frozenset[str],
@@ -129,13 +151,18 @@ class _Search:
         if not items:
             yield (), proj
             return
-        first, rest = items[0], items[1:]
-        for node, after in self.item(first, proj, provenance, context):
+        (first, scope), rest = items[0], items[1:]
+        for node, after in self.item(first, proj, provenance, context, scope):
             for nodes, final in self.sequence(rest, after, provenance, context):
                 yield (node, *nodes), final
 
     def item(
-        self, item: Item, proj: _Projection, provenance: Provenance, context: frozenset[str]
+        self,
+        item: Item,
+        proj: _Projection,
+        provenance: Provenance,
+        context: frozenset[str],
+        scope: KeyScope,
     ) -> Iterator[tuple[Node, _Projection]]:
         if isinstance(item, Step):
             deps, after = proj.apply(item.key, item.reads | context, item.effects)
@@ -143,16 +170,21 @@ class _Search:
                 deps = tuple(dict.fromkeys((*deps, *item.depends_on)))
             yield item.to_leaf(provenance, depends_on=deps), after
         elif isinstance(item, TaskRef):
-            yield from self.task(item, proj, provenance.depth, context)
+            yield from self.task(item, proj, provenance.depth, context, scope)
         elif isinstance(item, Leaf):
             yield stamp(item, provenance), proj
         else:
             stamped = stamp(item, provenance)
             assert isinstance(stamped, Compound)
-            yield from self._compound(stamped, proj, provenance, context)
+            yield from self._compound(stamped, proj, provenance, context, scope)
 
     def _compound(
-        self, node: Compound, proj: _Projection, provenance: Provenance, context: frozenset[str]
+        self,
+        node: Compound,
+        proj: _Projection,
+        provenance: Provenance,
+        context: frozenset[str],
+        scope: KeyScope,
     ) -> Iterator[tuple[Node, _Projection]]:
         if not node.children:
             ref = TaskRef(
@@ -161,11 +193,12 @@ class _Search:
                 description=node.description,
                 depends_on=node.depends_on,
             )
-            yield from self.task(ref, proj, provenance.depth, context)
+            yield from self.task(ref, proj, provenance.depth, context, scope)
             return
         inner = replace(provenance, depth=provenance.depth + 1)
-        for children, after in self.sequence(node.children, proj, inner, context):
-            yield replace(node, children=children), after
+        children, placed = proj.place(node.children, node.key, scope)
+        for children_done, after in self.sequence(children, placed, inner, context):
+            yield replace(node, children=children_done), after
 
 
 class ForwardDecomposition:
@@ -192,13 +225,16 @@ class ForwardDecomposition:
         """Decompose `goal.name`; raise `NoMethodMatched`, `BudgetExceeded` or `PlanInvalid`."""
         search = _Search(self)
         start = _Projection(
-            MappingProxyType(dict(state)), MappingProxyType({}), MappingProxyType({})
+            MappingProxyType(dict(state)),
+            MappingProxyType({}),
+            MappingProxyType({}),
+            frozenset({goal.name}),
         )
         ref = TaskRef(task=goal.name, description=goal.description)
-        for root, _ in search.task(ref, start, 0, frozenset()):
+        for root, _ in search.task(ref, start, 0, frozenset(), ()):
             return DagPlan.build(root)
         root_failure = search.failures[-1]
-        below = [f for f in search.failures[:-1]]
+        below = search.failures[:-1]
         if not below:
             raise root_failure
         first = below[0]

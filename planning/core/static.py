@@ -3,11 +3,18 @@
 Domain packs describe tasks with `Method`s. A method's `decompose(state)` returns the
 children of the task: `Step`s (leaf specifications), `TaskRef`s (subtasks decomposed by
 their own methods), or ready-made `Leaf`/`Compound` nodes. Strategies stamp provenance.
+
+A method names its children with fixed keys, so a subtask used twice (a `notify` at the start
+and at the end) would repeat them. `place_keys` keeps the first use of a key and prefixes a
+repeat with its parent's key, the way the LLM planner names what it creates
+("handle.notify.send-notice"); dependencies and input references written with a repeated key
+mean the nearest use before them among the siblings (of the node or of an ancestor).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -23,7 +30,9 @@ from planning.core.tree import (
     Provenance,
     StrategyName,
     freeze,
+    thaw,
 )
+from planning.core.validation import REF_KEY, is_ref
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -145,6 +154,83 @@ class MethodLibrary:
         return MethodLibrary([*self, *other])
 
 
+@dataclass(frozen=True, slots=True)
+class _Siblings:
+    """The children of one node as their method wrote them and as placed, and which is open."""
+
+    keys: tuple[tuple[str, str], ...]
+    at: int
+
+    def find(self, written: str) -> str | None:
+        placed = [new for i, (old, new) in enumerate(self.keys) if old == written and i < self.at]
+        if placed:
+            return placed[-1]
+        return next((new for old, new in self.keys if old == written), None)
+
+
+type KeyScope = tuple[_Siblings, ...]
+"""The sibling groups from the root down to the node being placed, innermost last."""
+
+
+def _resolve(scope: KeyScope, written: str) -> str:
+    for siblings in reversed(scope):
+        placed = siblings.find(written)
+        if placed is not None:
+            return placed
+    return written
+
+
+def _free_key(key: str, parent: str, taken: AbstractSet[str]) -> str:
+    if key not in taken:
+        return key
+    candidate, n = f"{parent}.{key}", 2
+    while candidate in taken:
+        candidate, n = f"{parent}.{key}-{n}", n + 1
+    return candidate
+
+
+def _placed[T: Item](item: T, key: str, scope: KeyScope) -> T:
+    changes: dict[str, Any] = {}
+    if item.key != key:
+        changes["key"] = key
+    if item.depends_on is not None:
+        depends_on = tuple(_resolve(scope, d) for d in item.depends_on)
+        if depends_on != item.depends_on:
+            changes["depends_on"] = depends_on
+    if isinstance(item, Step | Leaf):
+        moved = {
+            name: {**thaw(value), REF_KEY: source}
+            for name, value in item.inputs.items()
+            if is_ref(value) and (source := _resolve(scope, str(value[REF_KEY]))) != value[REF_KEY]
+        }
+        if moved:
+            changes["inputs"] = {**thaw(item.inputs), **moved}
+    return replace(item, **changes) if changes else item
+
+
+def place_keys[T: Item](
+    children: Sequence[T], parent: str, taken: frozenset[str], scope: KeyScope = ()
+) -> tuple[tuple[tuple[T, KeyScope], ...], frozenset[str]]:
+    """Give `parent`'s children keys unused in `taken`; return each with its scope, and `taken`.
+
+    A key already taken becomes "<parent>.<key>" (then "-2", "-3"… should that be taken too);
+    the children's dependencies and input references are rewritten to the placed keys. Place a
+    child's own children with the scope returned for it.
+    """
+    used = set(taken)
+    keys: list[tuple[str, str]] = []
+    for child in children:
+        key = _free_key(child.key, parent, used)
+        used.add(key)
+        keys.append((child.key, key))
+    placed = tuple(keys)
+    out: list[tuple[T, KeyScope]] = []
+    for i, child in enumerate(children):
+        inner = (*scope, _Siblings(placed, i))
+        out.append((_placed(child, placed[i][1], inner), inner))
+    return tuple(out), frozenset(used)
+
+
 def is_within_budget(method: Method, cost_budget: float | None, time_budget: float | None) -> bool:
     """Tell whether `method` fits the cost and time budgets (None = unlimited)."""
     if cost_budget is not None and method.cost > cost_budget:
@@ -225,20 +311,25 @@ class StaticDecomposition:
         """Return the children of `task` at `depth` (one level only); raise `NoMethodMatched`."""
         return self.expand_with_method(task, state, depth)[1]
 
-    def _fill(self, node: Node, state: Mapping[str, Any]) -> Node:
+    def _fill(
+        self, node: Node, state: Mapping[str, Any], taken: frozenset[str], scope: KeyScope
+    ) -> tuple[Node, frozenset[str]]:
         if isinstance(node, Leaf):
-            return node
-        depth = node.provenance.depth
-        if node.children:
-            return replace(node, children=tuple(self._fill(c, state) for c in node.children))
-        if depth + 1 > self.max_depth:
-            raise BudgetExceeded("depth", self.max_depth, depth + 1)
-        method, children = self.expand_with_method(node.name, state, depth + 1)
-        return replace(
-            node,
-            children=tuple(self._fill(c, state) for c in children),
-            provenance=replace(node.provenance, source=method.name),
-        )
+            return node, taken
+        provenance = node.provenance
+        children = node.children
+        if not children:
+            depth = provenance.depth
+            if depth + 1 > self.max_depth:
+                raise BudgetExceeded("depth", self.max_depth, depth + 1)
+            method, children = self.expand_with_method(node.name, state, depth + 1)
+            provenance = replace(provenance, source=method.name)
+        placed, taken = place_keys(children, node.key, taken, scope)
+        filled: list[Node] = []
+        for child, inner in placed:
+            done, taken = self._fill(child, state, taken, inner)
+            filled.append(done)
+        return replace(node, children=tuple(filled), provenance=provenance), taken
 
     def plan(self, goal: Goal, state: Mapping[str, Any]) -> DagPlan:
         """Decompose `goal.name` fully; raise `NoMethodMatched`, `BudgetExceeded`, `PlanInvalid`."""
@@ -248,6 +339,6 @@ class StaticDecomposition:
             description=goal.description,
             provenance=Provenance(strategy=self.strategy_name, source=goal.name, depth=0),
         )
-        filled = self._fill(root, MappingProxyType(dict(state)))
+        filled, _ = self._fill(root, MappingProxyType(dict(state)), frozenset({root.key}), ())
         assert isinstance(filled, Compound)
         return DagPlan.build(filled)

@@ -6,6 +6,7 @@ from planning.core.errors import NoMethodMatched
 from planning.core.forward import ForwardDecomposition
 from planning.core.static import Method, MethodLibrary, StaticDecomposition, Step, TaskRef
 from planning.core.tree import Compound, Goal
+from planning.core.validation import REF_KEY, ref
 
 
 def library() -> MethodLibrary:
@@ -246,3 +247,124 @@ def test_expand_is_one_level_and_leaves_subtasks_as_placeholders():
     assert placeholder.children == ()
     assert placeholder.name == "analyse"
     assert all(c.provenance.depth == 1 for c in children)
+
+
+def notifying_library() -> MethodLibrary:
+    """`handle` notifies the owners at the start and again at the end, through one subtask."""
+    return MethodLibrary(
+        [
+            Method(
+                name="handle-with-notices",
+                task="handle",
+                decompose=lambda s: [
+                    TaskRef(task="notify", depends_on=()),
+                    Step(
+                        key="fix",
+                        agent="ops",
+                        task="fix the fault",
+                        depends_on=(),
+                        effects={"fixed": True},
+                    ),
+                    TaskRef(task="notify", depends_on=("fix",)),
+                    Step(
+                        key="close",
+                        agent="ops",
+                        task="close the case",
+                        depends_on=("notify",),
+                        reads=frozenset({"notified", "fixed"}),
+                    ),
+                ],
+            ),
+            Method(
+                name="notify-owners",
+                task="notify",
+                decompose=lambda s: [
+                    Step(
+                        key="find-owners",
+                        agent="comms",
+                        task="find the owners",
+                        reads=frozenset({"fixed"}),
+                        effects={"owners_known": True},
+                    ),
+                    Step(
+                        key="send-notice",
+                        agent="comms",
+                        task="send the notice",
+                        inputs={"owners": ref("find-owners"), "channel": "mail"},
+                        reads=frozenset({"owners_known"}),
+                        effects={"notified": True},
+                    ),
+                ],
+            ),
+        ]
+    )
+
+
+REPEATED_KEYS = [
+    "find-owners",
+    "send-notice",
+    "fix",
+    "handle.notify.find-owners",
+    "handle.notify.send-notice",
+    "close",
+]
+
+
+@pytest.mark.parametrize("strategy", [StaticDecomposition, ForwardDecomposition])
+def test_a_subtask_used_twice_gets_unique_keys_under_its_parent(strategy):
+    plan = strategy(notifying_library()).plan(Goal(name="handle"), {})
+    assert leaf_keys(plan) == REPEATED_KEYS
+    # The first use keeps its keys; the repeat is prefixed by its parent's key.
+    first, again = plan.node("notify"), plan.node("handle.notify")
+    assert isinstance(first, Compound) and isinstance(again, Compound)
+    assert first.name == again.name == "notify"
+    assert [c.key for c in first.children] == ["find-owners", "send-notice"]
+    # Each notice reads the owners found by its own use of the subtask.
+    assert plan.leaf("send-notice").inputs["owners"][REF_KEY] == "find-owners"
+    repeated = plan.leaf("handle.notify.send-notice")
+    assert repeated.inputs["owners"][REF_KEY] == "handle.notify.find-owners"
+    assert repeated.inputs["channel"] == "mail"
+    assert "handle.notify.find-owners" in plan.upstream("handle.notify.send-notice")
+
+
+def test_static_dependencies_on_a_repeated_subtask_name_its_nearest_earlier_use():
+    plan = StaticDecomposition(notifying_library()).plan(Goal(name="handle"), {})
+    deps = plan.dependencies
+    assert deps["find-owners"] == set()
+    assert deps["fix"] == set()
+    assert deps["handle.notify.find-owners"] == {"fix"}
+    assert deps["handle.notify.send-notice"] == {"handle.notify.find-owners"}
+    # `close` waits for "notify": the use just before it, not the first one.
+    assert deps["close"] == {"handle.notify.send-notice"}
+
+
+def test_forward_dependencies_follow_the_effects_of_each_use_of_a_repeated_subtask():
+    plan = ForwardDecomposition(notifying_library()).plan(Goal(name="handle"), {})
+    deps = plan.dependencies
+    assert deps["find-owners"] == set()
+    assert deps["send-notice"] == {"find-owners"}
+    # The repeat reads `fixed` and overwrites `owners_known`: after fix and the first use.
+    assert deps["handle.notify.find-owners"] == {"fix", "find-owners", "send-notice"}
+    assert deps["handle.notify.send-notice"] == {"handle.notify.find-owners", "send-notice"}
+    assert deps["close"] == {"fix", "handle.notify.send-notice"}
+
+
+@pytest.mark.parametrize("strategy", [StaticDecomposition, ForwardDecomposition])
+def test_a_step_repeated_among_its_siblings_is_renamed_and_its_dependents_follow(strategy):
+    lib = MethodLibrary(
+        [
+            Method(
+                name="ping-twice",
+                task="check",
+                decompose=lambda s: [
+                    Step(key="ping", agent="ops", task="ping", effects={"pinged": 1}),
+                    Step(key="ping", agent="ops", task="ping again", effects={"pinged": 2}),
+                    Step(key="report", agent="ops", task="report", depends_on=("ping",)),
+                ],
+            )
+        ]
+    )
+    plan = strategy(lib).plan(Goal(name="check"), {})
+    assert leaf_keys(plan) == ["ping", "check.ping", "report"]
+    assert plan.leaf("check.ping").task == "ping again"
+    assert "check.ping" in plan.dependencies["report"]
