@@ -4,8 +4,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from casehub.api import api
 from oversight import views as oversight_views
-from planning.api import api
 
 urlpatterns = [
     path("", oversight_views.home, name="home"),
@@ -17,3 +17,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", api.urls),
 ]
+
+# Error pages in the site's layout (a notice in the page's error region for htmx requests).
+handler403 = "oversight.views.permission_denied"
+handler404 = "oversight.views.page_not_found"

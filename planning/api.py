@@ -1,166 +1,33 @@
-"""The JSON API (django-ninja): bearer tokens, agents, cases and their plans.
+"""Planning's part of the JSON API: agents, cases and their plans (a ninja Router).
 
-Every endpoint but `POST /api/auth/token` requires `Authorization: Bearer <token>`. Errors are JSON:
-`{"message": ...}`, plus `"fields": {"path": [...]}` on a 422. The views are exempt from
-LoginRequiredMiddleware (they redirect nobody to a login page; they answer 401 instead).
+`casehub/api.py` mounts this router on the one NinjaAPI, which authenticates every request
+(bearer tokens), parses bodies strictly and turns errors into JSON. The schemas every router
+shares (error bodies, bounded pagination) live here too, at the bottom of the app stack, so
+that the NinjaAPI and oversight's router import them without an import running back up.
 """
 
 # No `from __future__ import annotations`: ninja reads the endpoint annotations at runtime.
 
-import logging
-from collections.abc import Callable
 from datetime import datetime
-from functools import wraps
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from django.contrib.auth import authenticate
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
-from django.urls import URLPattern, URLResolver
-from ninja import Field, NinjaAPI, Query, Schema, Status
-from ninja.errors import AuthenticationError, HttpError, ValidationError
+from django.http import Http404, HttpRequest
+from ninja import Field, Query, Router, Schema, Status
 from ninja.pagination import LimitOffsetPagination, paginate
-from ninja.security import HttpBearer
+from pydantic import ConfigDict, Strict
 
-from planning import actions
+from planning import actions, rules
 from planning.models import Agent, Case, CaseStatus, PlanNode, Strategy
 from planning.queries import case_for, plan_nodes, visible_cases
 
-logger = logging.getLogger(__name__)
+# Shared by every router ---------------------------------------------------------------------
 
-# Permissions that make a user one of the product's roles; anybody else reads nothing.
-ROLE_PERMISSIONS = ("oversight.submit_case", "oversight.view_all_cases", "oversight.configure")
-
-
-class BearerToken(HttpBearer):
-    """Authenticate a request by its API token; ninja answers 401 when this returns None."""
-
-    def authenticate(self, request: HttpRequest, token: str) -> AbstractBaseUser | None:
-        user = actions.user_for_token(token)
-        if user is None or not user.is_active:
-            return None
-        request.user = user
-        return user
-
-
-def _api_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    # The API authenticates every request itself (bearer tokens), so LoginRequiredMiddleware must
-    # not redirect to the HTML login page; and ninja's plain-text 405 becomes JSON like the rest.
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        try:
-            response = view(request, *args, **kwargs)
-        except Http404 as exc:  # raised outside an operation, e.g. by ninja's root view
-            return _error(str(exc) or "Not found.", 404)
-        if isinstance(response, HttpResponseNotAllowed):
-            allowed = response["Allow"]
-            response = JsonResponse(
-                {"message": f"Method {request.method} not allowed; use {allowed}."}, status=405
-            )
-            response["Allow"] = allowed
-        return response
-
-    wrapper.login_required = False  # type: ignore[attr-defined]
-    wrapper.csrf_exempt = True  # type: ignore[attr-defined]
-    return wrapper
-
-
-class CaseHubApi(NinjaAPI):
-    """NinjaAPI whose URL patterns are exempt from the login redirect and answer 405 in JSON."""
-
-    def _get_urls(self) -> list[URLResolver | URLPattern]:
-        patterns = super()._get_urls()
-        return [
-            URLPattern(p.pattern, _api_view(p.callback), p.default_args, p.name)
-            if isinstance(p, URLPattern)
-            else p
-            for p in patterns
-        ]
-
-
-api = CaseHubApi(
-    title="CaseHub API",
-    version="1",
-    description="Submit cases, follow their plans. Authenticate with POST /api/auth/token, "
-    "then send `Authorization: Bearer <token>`.",
-    urls_namespace="api",
-    auth=BearerToken(),
-)
-
-
-# Errors -------------------------------------------------------------------------------------
-
-
-def _error(message: str, status: int, **extra: Any) -> HttpResponse:
-    return JsonResponse({"message": message, **extra}, status=status)
-
-
-def _field_path(loc: tuple[Any, ...] | list[Any]) -> str:
-    # ninja prefixes the source ("body", "query", "path") and, for a body, the parameter name.
-    parts = list(loc)
-    if parts and parts[0] == "body":
-        parts = parts[2:] or parts[1:]
-    elif parts and parts[0] in {"query", "path", "header", "cookie", "form"}:
-        parts = parts[1:]
-    return ".".join(str(p) for p in parts) or "__all__"
-
-
-def _fields(errors: list[dict[str, Any]]) -> dict[str, list[str]]:
-    fields: dict[str, list[str]] = {}
-    for error in errors:
-        fields.setdefault(_field_path(error.get("loc", ())), []).append(str(error.get("msg", "")))
-    return fields
-
-
-@api.exception_handler(ValidationError)
-def _on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    return _error("The request is not valid.", 422, fields=_fields(exc.errors))
-
-
-@api.exception_handler(actions.CaseInvalid)
-def _on_case_invalid(request: HttpRequest, exc: actions.CaseInvalid) -> HttpResponse:
-    return _error(exc.message, 422, fields=exc.errors)
-
-
-@api.exception_handler(AuthenticationError)
-def _on_unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    response = _error(
-        "Authentication required: send 'Authorization: Bearer <token>' "
-        "with a token from POST /api/auth/token.",
-        401,
-    )
-    response["WWW-Authenticate"] = "Bearer"
-    return response
-
-
-@api.exception_handler(HttpError)
-def _on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    return _error(exc.message, exc.status_code)
-
-
-@api.exception_handler(Http404)
-def _on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
-    return _error(str(exc) or "Not found.", 404)
-
-
-@api.exception_handler(PermissionDenied)
-def _on_permission_denied(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
-    return _error(str(exc) or "You do not have permission to do this.", 403)
-
-
-@api.exception_handler(Exception)
-def _on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
-    logger.exception("API request %s %s failed", request.method, request.path, exc_info=exc)
-    return _error("Internal server error.", 500)
-
-
-def _require_role(user: AbstractBaseUser) -> None:
-    if not any(user.has_perm(perm) for perm in ROLE_PERMISSIONS):  # type: ignore[attr-defined]
-        raise PermissionDenied("Your account has no CaseHub role.")
-
-
-# Schemas ------------------------------------------------------------------------------------
+# A page holds at most this many items; an offset past this is refused rather than sent to the
+# database, where a value beyond 2**63 overflows.
+PAGE_MAX_LIMIT = 200
+PAGE_DEFAULT_LIMIT = 100
+PAGE_MAX_OFFSET = 2**31 - 1
 
 
 class Message(Schema):
@@ -169,16 +36,36 @@ class Message(Schema):
 
 class ValidationMessage(Schema):
     message: str
-    fields: dict[str, list[str]]
+    fields: dict[str, list[str]] = Field(
+        description="Messages by dotted field path; `__all__` for the request as a whole."
+    )
 
 
-class TokenIn(Schema):
-    username: str = Field(min_length=1, max_length=150)
-    password: str = Field(min_length=1, max_length=4096)
+class ServerError(Schema):
+    message: str
+    error_id: str = Field(description="Quote it to an administrator: the log has the details.")
 
 
-class TokenOut(Schema):
-    token: str
+class Page(LimitOffsetPagination):
+    """Limit/offset pagination whose bounds are in the schema: out of range is a 422."""
+
+    class Input(Schema):
+        limit: int = Field(PAGE_DEFAULT_LIMIT, ge=1, le=PAGE_MAX_LIMIT)
+        offset: int = Field(0, ge=0, le=PAGE_MAX_OFFSET)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_limit=PAGE_MAX_LIMIT, **kwargs)
+
+
+def request_user(request: HttpRequest) -> AbstractBaseUser:
+    """Return the user the API authenticated the request as."""
+    return request.auth  # type: ignore[attr-defined,no-any-return]
+
+
+router = Router()
+
+
+# Schemas ------------------------------------------------------------------------------------
 
 
 class AgentOut(Schema):
@@ -192,17 +79,29 @@ class AgentOut(Schema):
 
 
 class CaseIn(Schema):
-    title: str = Field(min_length=1, max_length=200)
-    goal: str = Field(min_length=1, max_length=500)
-    description: str = ""
-    inputs: dict[str, Any] = Field(default_factory=dict)
+    # Fields the server owns (status, submitter, risk, ...) are refused by name, not ignored.
+    model_config = ConfigDict(extra="forbid")
+
+    title: str = Field(min_length=1, max_length=rules.TITLE_MAX_LENGTH)
+    goal: str = Field(min_length=1, max_length=rules.GOAL_MAX_LENGTH)
+    description: str = Field("", max_length=rules.DESCRIPTION_MAX_LENGTH)
+    inputs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Checked by the domain pack's schema; without a domain, at most "
+        f"{rules.INPUTS_MAX_ITEMS} values nested {rules.INPUTS_MAX_NESTING} levels deep, keys of "
+        f"at most {rules.INPUTS_MAX_KEY_LENGTH} characters, {rules.INPUTS_MAX_CHARS:,} "
+        "characters of JSON in all.",
+    )
     domain: str | None = Field(
         None,
+        max_length=Case._meta.get_field("domain").max_length,
         description="Domain pack slug; without one the llm or hybrid strategy plans from "
         "the goal and description.",
     )
     strategy: Strategy
-    max_depth: int = Field(2, ge=1, le=5)
+    max_depth: Annotated[int, Strict()] = Field(
+        rules.DEFAULT_MAX_DEPTH, ge=rules.MIN_DEPTH, le=rules.MAX_DEPTH_LIMIT
+    )
 
 
 class CaseOut(Schema):
@@ -239,7 +138,7 @@ class CaseOut(Schema):
 
 class CaseFilters(Schema):
     status: CaseStatus | None = None
-    domain: str | None = None
+    domain: str | None = Field(None, max_length=Case._meta.get_field("domain").max_length)
 
 
 class NodeOut(Schema):
@@ -294,45 +193,38 @@ def _node_out(node: PlanNode, keys: dict[int, str]) -> NodeOut:
 
 
 # Endpoints ----------------------------------------------------------------------------------
+# The NinjaAPI documents the refusals every operation shares (400, 401, 413, 422, 500); the
+# responses below are the ones these endpoints decide themselves.
 
 
-@api.post(
-    "/auth/token",
-    auth=None,
-    response={200: TokenOut, 401: Message, 422: ValidationMessage},
-    tags=["auth"],
-    summary="Exchange a username and password for an API token",
-)
-def create_token(request: HttpRequest, credentials: TokenIn) -> Any:
-    # authenticate() sends user_login_failed on bad credentials, which the audit trail records.
-    user = authenticate(request, username=credentials.username, password=credentials.password)
-    if user is None:
-        return Status(401, {"message": "Invalid username or password."})
-    return Status(200, {"token": actions.issue_api_token(user)})
-
-
-@api.get(
+@router.get(
     "/agents",
-    response={200: list[AgentOut], 401: Message, 403: Message},
+    response={200: list[AgentOut], 403: Message},
     tags=["agents"],
     summary="List the agents plans may assign steps to",
 )
-@paginate(LimitOffsetPagination, max_limit=200)
+@paginate(Page)
 def list_agents(request: HttpRequest) -> Any:
-    _require_role(request.auth)  # type: ignore[attr-defined]
+    """List the agents, paginated.
+
+    403 for an account without a CaseHub role.
+    """
+    rules.require_role(request_user(request))
     return Agent.objects.order_by("slug")
 
 
-@api.post(
+@router.post(
     "/cases",
-    response={201: CaseOut, 401: Message, 403: Message, 422: ValidationMessage},
+    response={201: CaseOut, 403: Message},
     tags=["cases"],
     summary="Submit a case; it is planned in the background",
 )
 def create_case(request: HttpRequest, payload: CaseIn) -> Any:
-    user = request.auth  # type: ignore[attr-defined]
-    if not user.has_perm("oversight.submit_case"):
-        raise PermissionDenied("Only analysts submit cases.")
+    """Submit a case and enqueue its planning.
+
+    403 unless you are an analyst; 422 naming every invalid field, and nothing is written.
+    """
+    user = request_user(request)
     case = actions.submit_case(
         submitter=user,
         title=payload.title,
@@ -346,15 +238,16 @@ def create_case(request: HttpRequest, payload: CaseIn) -> Any:
     return Status(201, visible_cases(user).get(pk=case.pk))
 
 
-@api.get(
+@router.get(
     "/cases",
-    response={200: list[CaseOut], 401: Message, 422: ValidationMessage},
+    response=list[CaseOut],
     tags=["cases"],
     summary="List the cases you may read, newest first",
 )
-@paginate(LimitOffsetPagination, max_limit=200)
+@paginate(Page)
 def list_cases(request: HttpRequest, filters: Query[CaseFilters]) -> Any:
-    cases = visible_cases(request.auth)  # type: ignore[attr-defined]
+    """List the cases you may read, paginated: analysts their own, officers and auditors all."""
+    cases = visible_cases(request_user(request))
     if filters.status is not None:
         cases = cases.filter(status=filters.status)
     if filters.domain is not None:
@@ -362,24 +255,32 @@ def list_cases(request: HttpRequest, filters: Query[CaseFilters]) -> Any:
     return cases
 
 
-@api.get(
+@router.get(
     "/cases/{int:case_id}",
-    response={200: CaseOut, 401: Message, 404: Message},
+    response={200: CaseOut, 404: Message},
     tags=["cases"],
     summary="Read one case",
 )
 def get_case(request: HttpRequest, case_id: int) -> Any:
-    return case_for(request.auth, case_id)  # type: ignore[attr-defined]
+    """Return one case.
+
+    404 when it does not exist or is not yours to read (the same answer either way).
+    """
+    return case_for(request_user(request), case_id)
 
 
-@api.get(
+@router.get(
     "/cases/{int:case_id}/plan",
-    response={200: PlanOut, 401: Message, 404: Message},
+    response={200: PlanOut, 404: Message},
     tags=["cases"],
     summary="Read the current plan version of a case: its tree and DAG",
 )
 def get_plan(request: HttpRequest, case_id: int) -> Any:
-    case = case_for(request.auth, case_id)  # type: ignore[attr-defined]
+    """Return the case's current plan version with its nodes in tree order.
+
+    404 for a case you may not read, or one that has no plan yet.
+    """
+    case = case_for(request_user(request), case_id)
     version = case.current_version
     if version is None:
         raise Http404(f"Case {case.pk} has no plan yet (status: {case.status}).")
@@ -395,13 +296,3 @@ def get_plan(request: HttpRequest, case_id: int) -> Any:
         created_at=version.created_at,
         nodes=[_node_out(node, keys) for node in nodes],
     )
-
-
-@api.api_operation(
-    ["GET", "POST", "PUT", "PATCH", "DELETE"],
-    "/{path:rest}",
-    auth=None,
-    include_in_schema=False,
-)
-def not_found(request: HttpRequest, rest: str) -> Any:
-    raise Http404(f"No API endpoint at {request.path}.")

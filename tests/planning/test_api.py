@@ -534,7 +534,8 @@ def test_an_unexpected_error_is_a_json_500(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(api, "visible_cases", broken)
     response = _client(personas.officer()).get("/api/cases")
     assert response.status_code == 500
-    assert response.json() == {"message": "Internal server error."}
+    body = response.json()
+    assert body["message"] == f"Internal server error (error id {body['error_id']})."
 
 
 # Query counts -------------------------------------------------------------------------------

@@ -1,0 +1,379 @@
+"""The one JSON API (django-ninja): bearer tokens, strict JSON, errors in JSON, docs.
+
+Each app adds its endpoints as a `Router` from `<app>/api.py`, mounted below. Every endpoint but
+`POST /api/auth/token` requires `Authorization: Bearer <token>`. Errors are JSON:
+`{"message": ...}`, plus `"fields": {"path": [...]}` on a 422 and `"error_id"` on a 500. Every
+operation's OpenAPI entry lists the refusals this module answers for it (400, 401, 413, 422,
+500). The views are exempt from LoginRequiredMiddleware: they answer 401, they redirect nobody.
+"""
+
+# No `from __future__ import annotations`: ninja reads the endpoint annotations at runtime.
+
+import json
+import logging
+import secrets
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import wraps
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import authenticate
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import (
+    BadRequest,
+    PermissionDenied,
+    RequestDataTooBig,
+    SuspiciousOperation,
+)
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.urls import URLPattern, URLResolver
+from django.utils.datastructures import MultiValueDict
+from ninja import Field, NinjaAPI, Router, Schema, Status
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.openapi.schema import OpenAPISchema
+from ninja.parser import Parser
+from ninja.security import HttpBearer
+from pydantic import ConfigDict
+
+from planning import actions, rules
+from planning.api import Message, ServerError, ValidationMessage
+from planning.api import router as planning_router
+from planning.core.errors import flatten_errors
+
+logger = logging.getLogger(__name__)
+
+# Bounds of any JSON body, whatever the endpoint: deeper or larger documents are refused before
+# validation walks them (Python's json gives up near 1,000 levels with a RecursionError).
+JSON_MAX_DEPTH = 32
+JSON_MAX_VALUES = 10_000
+
+
+class InputRejected(Exception):
+    """The request cannot be processed as sent; `fields` maps dotted paths to messages."""
+
+    def __init__(self, status: int, message: str, fields: dict[str, list[str]]) -> None:
+        self.status = status
+        self.message = message
+        self.fields = fields
+        super().__init__(message)
+
+
+# Parsing ------------------------------------------------------------------------------------
+
+
+def _child_path(path: str, key: object) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _check_shape(data: Any) -> None:
+    # Iterative, so it bounds the walks that come after it (validation, rules.json_problems).
+    pending: list[tuple[Any, str, int]] = [(data, "", 1)]
+    values = 1
+    while pending:
+        item, path, depth = pending.pop()
+        if isinstance(item, dict):
+            children: Iterator[tuple[object, Any]] = iter(item.items())
+        elif isinstance(item, list):
+            children = enumerate(item)
+        else:
+            continue
+        if depth >= JSON_MAX_DEPTH:
+            raise InputRejected(
+                422,
+                "The request is not valid.",
+                {path or "__all__": [f"Nested more than {JSON_MAX_DEPTH} levels deep."]},
+            )
+        values += len(item)
+        if values > JSON_MAX_VALUES:
+            raise InputRejected(
+                422,
+                "The request is not valid.",
+                {path or "__all__": [f"More than {JSON_MAX_VALUES:,} values in the request."]},
+            )
+        pending.extend((child, _child_path(path, key), depth + 1) for key, child in children)
+
+
+def _body_fields(problems: Mapping[str, list[str]]) -> dict[str, list[str]]:
+    # rules.json_problems paths start at the root name given to it ("body").
+    return {path.removeprefix("body.") if path != "body" else "__all__": messages
+            for path, messages in problems.items()}  # fmt: skip
+
+
+class StrictJsonParser(Parser):
+    """Parse JSON bodies and query strings, refusing what cannot be stored or walked safely.
+
+    Refused with InputRejected (422, naming the field): nesting deeper than JSON_MAX_DEPTH,
+    more than JSON_MAX_VALUES values, NUL characters or lone surrogates in any string or key,
+    and numbers that are not finite (`NaN`, `Infinity`, `1e400`).
+    """
+
+    def parse_body(self, request: HttpRequest) -> dict[str, Any]:
+        """Return the JSON body; raise InputRejected, or ValueError for text that is not JSON."""
+        try:
+            data = json.loads(request.body)
+        except RecursionError:
+            raise InputRejected(
+                422,
+                "The request is not valid.",
+                {"__all__": [f"Nested more than {JSON_MAX_DEPTH} levels deep."]},
+            ) from None
+        _check_shape(data)
+        problems = rules.json_problems(data, "body", bounded=False)
+        if problems:
+            raise InputRejected(422, "The request is not valid.", _body_fields(problems))
+        return data  # type: ignore[no-any-return]
+
+    def parse_querydict(
+        self, data: MultiValueDict[str, str], list_fields: list[str], request: HttpRequest
+    ) -> dict[str, Any]:
+        """Return the query parameters; raise InputRejected for text that cannot be stored."""
+        problems: dict[str, list[str]] = {}
+        for key, values in data.lists():
+            for text in (key, *values):
+                if (problem := rules.text_problem(text)) is not None:
+                    problems.setdefault(key, []).append(problem)
+        if problems:
+            raise InputRejected(422, "The request is not valid.", problems)
+        return super().parse_querydict(data, list_fields, request)
+
+
+# Authentication -----------------------------------------------------------------------------
+
+
+class BearerToken(HttpBearer):
+    """Authenticate a request by its API token; ninja answers 401 when this returns None."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> AbstractBaseUser | None:
+        """Return the token's active user, or None for an unknown token or inactive user."""
+        user = actions.user_for_token(token)
+        if user is None or not user.is_active:
+            return None
+        request.user = user
+        return user
+
+
+# The API ------------------------------------------------------------------------------------
+
+
+def _api_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    # The API authenticates every request itself (bearer tokens), so LoginRequiredMiddleware must
+    # not redirect to the HTML login page; and ninja's plain-text 405 becomes JSON like the rest.
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            response = view(request, *args, **kwargs)
+        except Http404 as exc:  # raised outside an operation, e.g. by ninja's root view
+            return _error(str(exc) or "Not found.", 404)
+        if isinstance(response, HttpResponseNotAllowed):
+            allowed = response["Allow"]
+            response = JsonResponse(
+                {"message": f"Method {request.method} not allowed; use {allowed}."}, status=405
+            )
+            response["Allow"] = allowed
+        return response
+
+    wrapper.login_required = False  # type: ignore[attr-defined]
+    wrapper.csrf_exempt = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _shared_refusals(operation: Mapping[str, Any]) -> Iterator[tuple[int, type[Schema], str]]:
+    if "requestBody" in operation:
+        yield 400, Message, "The body is not JSON."
+        yield 413, Message, "The body is larger than the server accepts."
+    if "requestBody" in operation or operation.get("parameters"):
+        yield 422, ValidationMessage, "Invalid input; `fields` names every problem."
+    if operation.get("security"):
+        yield 401, Message, "No valid bearer token."
+    yield 500, ServerError, "Unexpected server error; `error_id` identifies it in the log."
+
+
+class CaseHubApi(NinjaAPI):
+    """NinjaAPI exempt from the login redirect, answering 405 in JSON, documenting refusals."""
+
+    def _get_urls(self) -> list[URLResolver | URLPattern]:
+        patterns = super()._get_urls()
+        return [
+            URLPattern(p.pattern, _api_view(p.callback), p.default_args, p.name)
+            if isinstance(p, URLPattern)
+            else p
+            for p in patterns
+        ]
+
+    def get_openapi_schema(
+        self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None
+    ) -> OpenAPISchema:
+        """Return the OpenAPI document with every operation's shared refusals added."""
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in (Message, ValidationMessage, ServerError):
+            components.setdefault(
+                model.__name__, model.model_json_schema(ref_template="#/components/schemas/{model}")
+            )
+        for item in schema["paths"].values():
+            for operation in item.values():
+                responses = operation.setdefault("responses", {})
+                declared = {str(status) for status in responses}
+                for status, model, description in _shared_refusals(operation):
+                    if str(status) in declared:
+                        continue
+                    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+                    responses[status] = {
+                        "description": description,
+                        "content": {"application/json": {"schema": ref}},
+                    }
+        return schema
+
+
+api = CaseHubApi(
+    title="CaseHub API",
+    version="1",
+    description="Submit cases, follow their plans. Authenticate with POST /api/auth/token, "
+    "then send `Authorization: Bearer <token>`.",
+    urls_namespace="api",
+    auth=BearerToken(),
+    parser=StrictJsonParser(),
+)
+
+
+# Errors -------------------------------------------------------------------------------------
+
+
+def _error(message: str, status: int, **extra: Any) -> HttpResponse:
+    return JsonResponse({"message": message, **extra}, status=status)
+
+
+def _field_loc(loc: Sequence[Any]) -> tuple[Any, ...]:
+    # ninja prefixes the source ("body", "query", "path") and, for a body, the parameter name.
+    parts = tuple(loc)
+    if parts[:1] == ("body",):
+        return parts[2:]
+    if parts[:1] and parts[0] in {"query", "path", "header", "cookie", "form"}:
+        return parts[1:]
+    return parts
+
+
+@api.exception_handler(ValidationError)
+def _on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    errors = ({**error, "loc": _field_loc(error.get("loc", ()))} for error in exc.errors)
+    return _error("The request is not valid.", 422, fields=flatten_errors(errors))
+
+
+@api.exception_handler(InputRejected)
+def _on_input_rejected(request: HttpRequest, exc: InputRejected) -> HttpResponse:
+    return _error(exc.message, exc.status, fields=exc.fields)
+
+
+@api.exception_handler(actions.CaseInvalid)
+def _on_case_invalid(request: HttpRequest, exc: actions.CaseInvalid) -> HttpResponse:
+    return _error(exc.message, 422, fields=exc.errors)
+
+
+@api.exception_handler(AuthenticationError)
+def _on_unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    response = _error(
+        "Authentication required: send 'Authorization: Bearer <token>' "
+        "with a token from POST /api/auth/token.",
+        401,
+    )
+    response["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+@api.exception_handler(HttpError)
+def _on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    # ninja wraps whatever the parser raised in a 400 "Cannot parse request body".
+    if isinstance(exc.__cause__, InputRejected):
+        return _on_input_rejected(request, exc.__cause__)
+    if exc.status_code == 400 and exc.__cause__ is not None:
+        return _error("The body is not valid JSON.", 400)
+    return _error(exc.message, exc.status_code)
+
+
+@api.exception_handler(RequestDataTooBig)
+def _on_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return _error(f"The request body is too large: at most {limit:,} bytes.", 413)
+
+
+@api.exception_handler(SuspiciousOperation)
+def _on_suspicious(request: HttpRequest, exc: SuspiciousOperation) -> HttpResponse:
+    logger.warning("API request %s %s refused: %s", request.method, request.path, exc)
+    return _error("Bad request.", 400)
+
+
+@api.exception_handler(BadRequest)
+def _on_bad_request(request: HttpRequest, exc: BadRequest) -> HttpResponse:
+    return _error(str(exc) or "Bad request.", 400)
+
+
+@api.exception_handler(Http404)
+def _on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return _error(str(exc) or "Not found.", 404)
+
+
+@api.exception_handler(PermissionDenied)
+def _on_permission_denied(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+    return _error(str(exc) or "You do not have permission to do this.", 403)
+
+
+@api.exception_handler(Exception)
+def _on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    error_id = secrets.token_hex(8)
+    logger.error("API error %s: %s %s failed", error_id, request.method, request.path, exc_info=exc)
+    return _error(f"Internal server error (error id {error_id}).", 500, error_id=error_id)
+
+
+# Tokens -------------------------------------------------------------------------------------
+
+
+class TokenIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    username: str = Field(min_length=1, max_length=150)
+    password: str = Field(min_length=1, max_length=4096)
+
+
+class TokenOut(Schema):
+    token: str
+
+
+@api.post(
+    "/auth/token",
+    auth=None,
+    response={200: TokenOut, 401: Message},
+    tags=["auth"],
+    summary="Exchange a username and password for an API token",
+)
+def create_token(request: HttpRequest, credentials: TokenIn) -> Any:
+    """Issue a bearer token for the account.
+
+    401 for a wrong username or password or an inactive account; the failure is audited.
+    """
+    # authenticate() sends user_login_failed on bad credentials, which the audit trail records.
+    user = authenticate(request, username=credentials.username, password=credentials.password)
+    if user is None:
+        return Status(401, {"message": "Invalid username or password."})
+    return Status(200, {"token": actions.issue_api_token(user)})
+
+
+# Routers ------------------------------------------------------------------------------------
+# One line per app; the fallback stays last, since the first matching path wins.
+
+api.add_router("", planning_router)
+
+_fallback = Router()
+
+
+@_fallback.api_operation(
+    ["GET", "POST", "PUT", "PATCH", "DELETE"],
+    "/{path:rest}",
+    auth=None,
+    include_in_schema=False,
+)
+def not_found(request: HttpRequest, rest: str) -> Any:
+    """Answer 404 in JSON for any path no router serves."""
+    raise Http404(f"No API endpoint at {request.path}.")
+
+
+api.add_router("", _fallback)
