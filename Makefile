@@ -4,7 +4,7 @@ PORT ?= 8000
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint format typecheck bench venv clean
+.PHONY: run test lint format typecheck scenarios bench venv clean
 
 venv: $(VENV)/.installed
 
@@ -34,6 +34,10 @@ format: venv
 
 typecheck: venv
 	$(VENV)/bin/mypy
+
+## scenarios: which rows of ../shared/RELIABILITY.md the tests automate, and which are missing
+scenarios:
+	@python=$$([ -x $(PY) ] && echo $(PY) || scripts/find-python) && "$$python" scripts/scenarios.py
 
 bench: venv
 	SECRET_KEY=$${SECRET_KEY:-bench-only-not-a-secret} $(PY) -m bench
