@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.utils import timezone
@@ -65,17 +66,22 @@ class Actor:
 
     kind: str
     label: str
-    user: AbstractBaseUser | None = None
+    user: User | None = None
 
     @classmethod
     def of(cls, who: AbstractBaseUser | AnonymousUser | str | None) -> Actor:
-        """Build an actor from a user, an agent slug, or None for the system."""
+        """Build an actor from a user, an agent slug, or None for the system.
+
+        Raises TypeError for a signed-in user that is not a row of the user model.
+        """
         if who is None:
             return cls(ActorKind.SYSTEM, "system")
         if isinstance(who, str):
             return cls(ActorKind.AGENT, who)
         if isinstance(who, AnonymousUser) or not who.is_authenticated:
             return cls(ActorKind.ANONYMOUS, "anonymous")
+        if not isinstance(who, get_user_model()):
+            raise TypeError(f"an audit actor is a {get_user_model().__name__}, not {who!r}")
         return cls(ActorKind.USER, who.get_username(), who)
 
 
