@@ -8,6 +8,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 from oversight.roles import role_of
+from planning import rules
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,13 +21,13 @@ class NavItem:
 def _items(request: HttpRequest) -> list[NavItem]:
     user = request.user
     items = [NavItem("Home", reverse("home"), "home")]
-    if user.has_perm("oversight.view_all_cases") or user.has_perm("oversight.submit_case"):
+    if rules.can_read_cases(user):
         items.append(NavItem("Cases", reverse("planning:case-list"), "cases"))
-    if user.has_perm("oversight.submit_case"):
+    if rules.can_submit_cases(user):
         items.append(NavItem("New case", reverse("planning:case-new"), "case-new"))
-    if user.has_perm("oversight.view_audit"):
+    if user.has_perm(rules.VIEW_AUDIT):
         items.append(NavItem("Audit trail", reverse("oversight:audit-list"), "audit"))
-    if user.is_staff and user.has_perm("oversight.configure"):
+    if user.is_staff and user.has_perm(rules.CONFIGURE):
         items.append(NavItem("Administration", reverse("admin:index"), "admin"))
     return items
 

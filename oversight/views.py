@@ -1,4 +1,4 @@
-"""Oversight pages: each role's home, the audit trail, and the health endpoint."""
+"""Oversight pages: each role's home, the audit trail, the error pages and the health endpoint."""
 
 from __future__ import annotations
 
@@ -6,22 +6,21 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required, permission_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
+from django.utils.cache import patch_vary_headers
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
-from django_htmx.middleware import HtmxDetails
 
+from casehub.http import HTMX_VARY, HtmxHttpRequest, render_partial
 from oversight import roles
 from oversight.dispatch import broker_status
 from oversight.models import AuditEvent, WorkerHeartbeat
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
+from planning import rules
 
 
 @require_GET
@@ -29,13 +28,38 @@ def home(request: HtmxHttpRequest) -> HttpResponse:
     """Show the signed-in user the landing page of their role."""
     role = roles.role_of(request.user)
     context: dict[str, object] = {"role": role}
-    if request.user.has_perm("oversight.view_audit"):
+    if request.user.has_perm(rules.VIEW_AUDIT):
         context["recent_events"] = AuditEvent.objects.order_by("-time", "-id")[:10]
     return render(request, "oversight/home.html", context)
 
 
+def _error_page(request: HtmxHttpRequest, template: str, status: int, message: str) -> HttpResponse:
+    context = {"message": message, "can_read_cases": rules.can_read_cases(request.user)}
+    if getattr(request, "htmx", False):
+        # A small notice in the page's error region instead of whatever the request targeted.
+        response = render(request, f"{template}#error-notice", context, status=status)
+        response["HX-Retarget"] = "#htmx-error"
+        response["HX-Reswap"] = "innerHTML"
+    else:
+        response = render(request, template, context, status=status)
+    patch_vary_headers(response, HTMX_VARY)
+    return response
+
+
+def permission_denied(request: HtmxHttpRequest, exception: Exception) -> HttpResponse:
+    """Render the 403 page in the site's layout (a notice for htmx), with the reason given."""
+    # PermissionDenied messages are written by CaseHub's own checks, for the user to read.
+    message = str(exception) if isinstance(exception, PermissionDenied) else ""
+    return _error_page(request, "403.html", 403, message)
+
+
+def page_not_found(request: HtmxHttpRequest, exception: Exception) -> HttpResponse:
+    """Render the 404 page in the site's layout (a notice for htmx); the reason stays private."""
+    return _error_page(request, "404.html", 404, "")
+
+
 @require_GET
-@permission_required("oversight.view_audit", raise_exception=True)
+@permission_required(rules.VIEW_AUDIT, raise_exception=True)
 def audit_list(request: HtmxHttpRequest) -> HttpResponse:
     """List audit events, newest first, optionally filtered by action prefix and chain."""
     events = AuditEvent.objects.order_by("-time", "-id")
@@ -47,10 +71,7 @@ def audit_list(request: HtmxHttpRequest) -> HttpResponse:
         events = events.filter(chain=chain)
     page = Paginator(events, 50).get_page(request.GET.get("page"))
     context = {"page": page, "action": action, "chain": chain}
-    template = "oversight/audit_list.html"
-    if request.htmx:
-        template += "#audit-table"
-    return render(request, template, context)
+    return render_partial(request, "oversight/audit_list.html", context, partials={"audit-table"})
 
 
 def _database_status() -> dict[str, object]:

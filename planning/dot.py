@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from graphlib import CycleError, TopologicalSorter
 
 from planning.models import NodeStatus, PlanNode
 
@@ -81,17 +82,48 @@ def leaf_label(node: PlanNode) -> str:
     return "\n".join(parts)
 
 
-def plan_dot(
-    nodes: Sequence[PlanNode],
-    *,
-    url_for: Callable[[PlanNode], str],
-    selected: int | None = None,
-) -> str:
+def transitive_reduction(
+    depends_on: Mapping[str, Collection[str]],
+) -> dict[str, tuple[str, ...]]:
+    """Return each key's dependencies without those already implied through another one.
+
+    `a` stays a dependency of `c` only if no other dependency of `c` itself depends on `a`,
+    directly or transitively; what each key waits for is unchanged. Dependencies on unknown
+    keys are dropped, the order of the rest is kept. Ancestor sets are bitsets, so the work is
+    O(V·E) bit operations at worst. A cyclic input (never a validated plan) comes back as it
+    is, unknown keys dropped.
+    """
+    keys = list(depends_on)
+    bit = {key: 1 << index for index, key in enumerate(keys)}
+    deps = {key: [d for d in dict.fromkeys(depends_on[key]) if d in bit] for key in keys}
+    try:
+        order = list(TopologicalSorter(deps).static_order())
+    except CycleError:
+        return {key: tuple(found) for key, found in deps.items()}
+    ancestors: dict[str, int] = {}
+    reduced: dict[str, tuple[str, ...]] = {}
+    for key in order:
+        direct = deps[key]
+        # Everything reachable through a dependency, not counting that dependency itself.
+        through = 0
+        for dep in direct:
+            through |= ancestors[dep]
+        reduced[key] = tuple(dep for dep in direct if not through & bit[dep])
+        mine = through
+        for dep in direct:
+            mine |= bit[dep]
+        ancestors[key] = mine
+    return {key: reduced[key] for key in keys}
+
+
+def plan_dot(nodes: Sequence[PlanNode], *, url_for: Callable[[PlanNode], str]) -> str:
     """Return the DOT digraph of one plan version's nodes (in tree order, parents first).
 
     Compounds become nested `cluster_<pk>` subgraphs labelled with their name, leaves become
-    boxes filled by status, edges run from each dependency to its dependent leaf. Dependencies
-    on keys that are not leaves of these nodes are ignored.
+    boxes filled by status. Edges run from each dependency to its dependent leaf, drawn as the
+    transitive reduction: an edge already implied by a longer path is left out of the drawing
+    (the plan keeps it). Dependencies on keys that are not leaves of these nodes are ignored.
+    The selected step is highlighted in the browser, so the DOT is the same for every viewer.
     """
     children: dict[int | None, list[PlanNode]] = defaultdict(list)
     known = {node.pk for node in nodes}
@@ -122,7 +154,6 @@ def plan_dot(
                     target="_top",
                     fillcolor=fill,
                     color=border,
-                    **({"penwidth": "3"} if node.pk == selected else {}),
                 )
                 out.append(f"{indent}{quote(node_id(node))} [{attrs}];")
             else:
@@ -134,11 +165,10 @@ def plan_dot(
                 out.append(f"{indent}}}")
 
     emit(children.get(None, []), "  ")
-    for node in nodes:
-        if not node.is_leaf:
-            continue
-        for dep in node.depends_on:
-            if dep in leaf_ids:
-                out.append(f"  {quote(leaf_ids[dep])} -> {quote(node_id(node))};")
+    leaves = [node for node in nodes if node.is_leaf]
+    drawn = transitive_reduction({node.key: node.depends_on for node in leaves})
+    for node in leaves:
+        for dep in drawn[node.key]:
+            out.append(f"  {quote(leaf_ids[dep])} -> {quote(node_id(node))};")
     out.append("}")
     return "\n".join(out) + "\n"

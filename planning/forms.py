@@ -9,12 +9,27 @@ from typing import Any
 from django import forms
 from pydantic import BaseModel
 
-from planning.models import Strategy
+from planning import rules
+from planning.models import PACK_STRATEGIES, Strategy
 
 INPUT_PREFIX = "input_"
+# A hidden field naming the domain whose inputs the form carried: an unchecked box of that
+# domain then means False, not "use the default" (browsers send nothing for it).
+INPUTS_OF = "inputs_of"
 NO_DOMAIN_LABEL = "none: plan from goal and description"
-DEFAULT_MAX_DEPTH = 2
-MAX_DEPTH_LIMIT = 5
+
+
+def unavailable_strategies(*, has_domain: bool, has_provider: bool) -> dict[str, str]:
+    """Return the strategies that cannot run for this choice, each with the reason in words."""
+    reasons: dict[str, str] = {}
+    for strategy in Strategy:
+        if strategy in PACK_STRATEGIES and not has_domain:
+            reasons[strategy] = "needs a domain pack"
+        elif strategy == Strategy.LLM and not has_provider:
+            reasons[strategy] = "needs an LLM provider, and this server has none configured"
+        elif strategy == Strategy.HYBRID and not (has_provider or has_domain):
+            reasons[strategy] = "needs a domain pack or an LLM provider (this server has none)"
+    return reasons
 
 
 def input_field_name(name: str) -> str:
@@ -47,6 +62,11 @@ class JsonField(forms.CharField):
 
     widget = forms.Textarea(attrs={"rows": 3})
 
+    def prepare_value(self, value: Any) -> Any:
+        if value is None or isinstance(value, str):
+            return value
+        return json.dumps(value, indent=2, ensure_ascii=False)
+
     def to_python(self, value: Any) -> Any:
         text = super().to_python(value)
         if not text:
@@ -55,6 +75,22 @@ class JsonField(forms.CharField):
             return json.loads(text)
         except ValueError:
             raise forms.ValidationError("Enter valid JSON.") from None
+
+
+class OptionSelect(forms.Select):
+    """A select whose options may be shown disabled, with the reason after their label."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.disabled_reasons: dict[str, str] = {}
+
+    def create_option(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        option = super().create_option(*args, **kwargs)
+        reason = self.disabled_reasons.get(str(option["value"]))
+        if reason:
+            option["attrs"]["disabled"] = True
+            option["label"] = f"{option['label']} (unavailable: {reason})"
+        return option
 
 
 def _types(prop: Mapping[str, Any]) -> set[str]:
@@ -128,48 +164,114 @@ def schema_fields(schema: type[BaseModel]) -> dict[str, forms.Field]:
 
 
 class CaseForm(forms.Form):
-    """Title, goal, description, strategy and depth, plus the chosen pack's inputs."""
+    """Title, goal, description, strategy and depth, plus the chosen pack's inputs.
 
-    domain = forms.ChoiceField(label="Domain", required=False)
-    title = forms.CharField(max_length=200)
-    goal = forms.CharField(max_length=500, help_text="What the plan must achieve.")
-    description = forms.CharField(
-        required=False, widget=forms.Textarea(attrs={"rows": 4}), help_text="Context for planning."
+    Strategies that cannot run for the chosen domain (or without an LLM provider) are offered
+    disabled, with the reason, and refused when submitted anyway.
+    """
+
+    domain = forms.ChoiceField(label="Domain", required=False, widget=OptionSelect)
+    title = forms.CharField(max_length=rules.TITLE_MAX_LENGTH)
+    goal = forms.CharField(
+        max_length=rules.GOAL_MAX_LENGTH, help_text="What the plan must achieve."
     )
-    strategy = forms.ChoiceField(choices=Strategy.choices, initial=Strategy.STATIC)
+    description = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4}),
+        help_text=f"Context for planning, up to {rules.DESCRIPTION_MAX_LENGTH:,} characters.",
+    )
+    strategy = forms.ChoiceField(
+        choices=Strategy.choices, initial=Strategy.STATIC, widget=OptionSelect
+    )
     max_depth = forms.IntegerField(
         label="Maximum depth",
-        min_value=1,
-        max_value=MAX_DEPTH_LIMIT,
-        initial=DEFAULT_MAX_DEPTH,
-        help_text="How many levels the LLM may decompose (1 to 5).",
+        min_value=rules.MIN_DEPTH,
+        max_value=rules.MAX_DEPTH_LIMIT,
+        initial=rules.DEFAULT_MAX_DEPTH,
+        help_text=(
+            f"How many levels the LLM may decompose ({rules.MIN_DEPTH} to {rules.MAX_DEPTH_LIMIT})."
+        ),
     )
 
     def __init__(
         self,
         *args: Any,
         domains: Iterable[tuple[str, str]],
+        domain: str,
         schema: type[BaseModel] | None = None,
+        has_provider: bool,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["domain"].choices = [("", NO_DOMAIN_LABEL), *domains]  # type: ignore[attr-defined]
+        self.domain_slug = domain
+        self.has_provider = has_provider
+        self.fields["domain"].choices = [*domains, ("", NO_DOMAIN_LABEL)]  # type: ignore[attr-defined]
+        if not has_provider:
+            self.fields["domain"].widget.disabled_reasons = {  # type: ignore[attr-defined]
+                "": "needs an LLM provider, and this server has none configured"
+            }
+        self.unavailable = unavailable_strategies(
+            has_domain=bool(domain), has_provider=has_provider
+        )
+        self.fields["strategy"].widget.disabled_reasons = self.unavailable  # type: ignore[attr-defined]
         self.input_names: list[str] = []
         if schema is not None:
             for name, field in schema_fields(schema).items():
                 self.fields[name] = field
                 self.input_names.append(name)
+        else:
+            self.fields["inputs"] = JsonField(
+                label="Inputs (JSON object)",
+                required=False,
+                help_text='Optional facts for the planner, e.g. {"service": "payments"}.',
+            )
+        if not self.is_bound:
+            self.initial.setdefault("domain", domain)
+            strategy = self.initial.get("strategy") or self.fields["strategy"].initial
+            if strategy in self.unavailable or strategy not in Strategy.values:
+                strategy = next((s for s in Strategy.values if s not in self.unavailable), "")
+            self.initial["strategy"] = strategy
 
     @property
     def input_fields(self) -> list[forms.BoundField]:
+        if not self.input_names:
+            return [self["inputs"]]
         return [self[name] for name in self.input_names]
 
     @property
     def case_fields(self) -> list[forms.BoundField]:
         return [self[name] for name in ("title", "goal", "description")]
 
+    @property
+    def unavailable_notes(self) -> list[tuple[str, str, str]]:
+        """Return (value, label, reason) of each strategy that cannot run here."""
+        return [(s, Strategy(s).label, reason) for s, reason in self.unavailable.items()]
+
+    def clean_description(self) -> str:
+        text: str = self.cleaned_data.get("description", "")
+        limit = rules.DESCRIPTION_MAX_LENGTH
+        if len(text) > limit:
+            raise forms.ValidationError(f"At most {limit:,} characters (this has {len(text):,}).")
+        return text
+
+    def clean_inputs(self) -> Any:
+        value = self.cleaned_data.get("inputs")
+        if value is not None and not isinstance(value, dict):
+            raise forms.ValidationError('Enter a JSON object, like {"key": "value"}.')
+        return value
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        strategy = data.get("strategy")
+        if strategy in self.unavailable:
+            label = Strategy(strategy).label
+            self.add_error("strategy", f"{label} {self.unavailable[strategy]}: choose another.")
+        return data
+
     def inputs(self) -> dict[str, Any]:
-        """Return the pack inputs from cleaned data, leaving out blanks so defaults apply."""
+        """Return the inputs from cleaned data, leaving out blank pack inputs so defaults apply."""
+        if not self.input_names:
+            return dict(self.cleaned_data.get("inputs") or {})
         values: dict[str, Any] = {}
         for name in self.input_names:
             value = self.cleaned_data.get(name)
@@ -185,9 +287,10 @@ class CaseForm(forms.Form):
         for path, messages in errors.items():
             head, _, rest = path.partition(".")
             target: str | None = head if head in self.fields else None
-            if head == "inputs" and rest:
+            if head == "inputs" and rest and self.input_names:
                 name = input_field_name(rest.split(".", 1)[0])
                 target = name if name in self.fields else None
+            # Domain-less inputs have one JSON field: name the path inside it.
+            named = target is not None and not (target == "inputs" and rest)
             for message in messages:
-                prefix = "" if target else f"{path}: "
-                self.add_error(target, f"{prefix}{message}")
+                self.add_error(target, message if named else f"{path}: {message}")

@@ -3,55 +3,55 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django import forms
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
-from django.shortcuts import redirect, render
+from django.http import Http404, HttpResponse, QueryDict
+from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
-from django_htmx.middleware import HtmxDetails
+from pydantic import BaseModel
 
+from casehub.http import HtmxHttpRequest, partial_name, render_partial
+from planning import rules
 from planning.actions import CaseInvalid, submit_case
 from planning.dot import STATUS_COLOURS, plan_dot
-from planning.forms import CaseForm
-from planning.models import Case, CaseStatus, NodeStatus, PlanNode, Strategy
-from planning.planner import DEFAULT_BRANCHING, expected_llm_calls, pack_choices
-from planning.queries import can_view_all_cases, case_for, plan_nodes, visible_cases
+from planning.forms import INPUT_PREFIX, INPUTS_OF, CaseForm, input_field_name
+from planning.models import Case, CaseStatus, PlanNode, Strategy
+from planning.packs import PACKS
+from planning.planner import DEFAULT_BRANCHING, expected_llm_calls, llm_settings, pack_choices
+from planning.queries import case_for, plan_nodes, visible_cases
 
 CASES_PER_PAGE = 25
 POLL_INTERVAL = "every 2s"
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
-
-
-def _partial(request: HtmxHttpRequest, template: str, allowed: set[str]) -> str:
-    """Return the template, or one of its partials when htmx targets an allowed region."""
-    if request.htmx and request.htmx.target in allowed:
-        return f"{template}#{request.htmx.target}"
-    return template
-
-
-def _require_case_reader(request: HtmxHttpRequest) -> None:
-    user = request.user
-    if not (can_view_all_cases(user) or user.has_perm("oversight.submit_case")):
-        raise PermissionDenied("Only analysts, compliance officers and auditors read cases.")
+# Form values a GET may carry into the form (the htmx refresh sends only the planning options
+# and the pack inputs; a shared link may carry the rest). Never the CSRF token.
+FORM_FIELDS = ("domain", "title", "goal", "description", "strategy", "max_depth", "inputs")
 
 
 # Submitting a case -------------------------------------------------------------------------
 
 
-def llm_estimate(strategy: str, max_depth: Any) -> str:
+def llm_estimate(form: CaseForm) -> str:
     """Return the sentence that tells the analyst how many LLM calls the plan may take."""
+    strategy = str(form["strategy"].value() or "")
+    if strategy in form.unavailable:
+        label = Strategy(strategy).label
+        return f"{label} is not available here: it {form.unavailable[strategy]}."
+    low, high = rules.MIN_DEPTH, rules.MAX_DEPTH_LIMIT
     try:
-        depth = int(max_depth)
+        depth = int(form["max_depth"].value())  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        return "Choose a depth between 1 and 5 to see the expected LLM calls."
-    if not 1 <= depth <= 5:
-        return "Choose a depth between 1 and 5 to see the expected LLM calls."
+        depth = 0
+    if not low <= depth <= high:
+        return f"Choose a depth between {low} and {high} to see the expected LLM calls."
+    if strategy == Strategy.HYBRID and not form.has_provider:
+        return (
+            "No LLM calls: this server has no LLM provider, so hybrid plans with the domain "
+            "pack's static methods only, and fails where they do not cover the case."
+        )
     calls = expected_llm_calls(strategy, depth)
     if calls is None:
         return "No LLM calls: this strategy plans from the domain pack's methods."
@@ -62,64 +62,126 @@ def llm_estimate(strategy: str, max_depth: Any) -> str:
     return text + "."
 
 
-def _case_form(data: QueryDict | None, values: QueryDict) -> CaseForm:
-    packs = pack_choices()
-    domain = values.get("domain", "")
-    schema = next((pack.input_schema for row, pack in packs if row.slug == domain), None)
-    domains = [(row.slug, row.name) for row, _ in packs]
-    if data is not None:
-        return CaseForm(data, domains=domains, schema=schema)
-    # A GET (also the htmx swaps) keeps what was typed so far, without showing errors.
-    initial = {key: values.get(key) for key in values if key != "csrfmiddlewaretoken"}
-    for key, value in initial.items():
-        if key.startswith("input_") and value == "on":
-            initial[key] = True
-    return CaseForm(domains=domains, schema=schema, initial=initial)
+def _packs() -> list[tuple[str, str, type[BaseModel]]]:
+    # Registry order, so the first pack (the default domain) does not move with a rename.
+    order = list(PACKS)
+    rows = sorted(pack_choices(), key=lambda pair: order.index(pair[0].slug))
+    return [(row.slug, row.name, pack.input_schema) for row, pack in rows]
 
 
-def _form_context(form: CaseForm) -> dict[str, object]:
-    value = form["strategy"].value() or Strategy.STATIC
-    depth = form["max_depth"].value()
-    domain = form["domain"].value() or ""
-    labels = dict(form.fields["domain"].choices)  # type: ignore[attr-defined]
-    return {
-        "form": form,
-        "estimate": llm_estimate(str(value), depth),
-        "domain_label": labels.get(domain, domain),
+def _case_form(
+    packs: list[tuple[str, str, type[BaseModel]]],
+    domain: str,
+    *,
+    data: QueryDict | None = None,
+    initial: Mapping[str, Any] | None = None,
+) -> CaseForm:
+    schema = next((schema for slug, _, schema in packs if slug == domain), None)
+    return CaseForm(
+        data,
+        domains=[(slug, name) for slug, name, _ in packs],
+        domain=domain,
+        schema=schema,
+        has_provider=llm_settings().is_configured,
+        initial=dict(initial or {}),
+    )
+
+
+def _typed_initial(values: QueryDict, packs: list[tuple[str, str, type[BaseModel]]]) -> CaseForm:
+    """Return an unbound form showing `values` (a refresh: nothing validated, no errors)."""
+    slugs = [slug for slug, _, _ in packs]
+    domain = values.get("domain", slugs[0] if slugs else "")
+    if domain not in ("", *slugs):
+        domain = slugs[0] if slugs else ""
+    initial: dict[str, Any] = {
+        key: values.get(key) for key in values if key in FORM_FIELDS or key.startswith(INPUT_PREFIX)
     }
+    initial["domain"] = domain
+    form = _case_form(packs, domain, initial=initial)
+    # Inputs of this same domain came along: an unchecked box was sent as nothing, so False.
+    carried = values.get(INPUTS_OF) == domain
+    for name in form.input_names:
+        if isinstance(form.fields[name], forms.BooleanField):
+            if name in initial:
+                form.initial[name] = initial[name] in {"on", "true", "True", "1"}
+            elif carried:
+                form.initial[name] = False
+    return form
+
+
+def _resubmission(
+    request: HtmxHttpRequest, packs: list[tuple[str, str, type[BaseModel]]]
+) -> tuple[CaseForm, Case]:
+    """Return the form prefilled from a case the user may read, and that case; 404 otherwise."""
+    case = case_for(request.user, request.GET.get("from"))  # type: ignore[arg-type]
+    initial: dict[str, Any] = {
+        "title": case.title,
+        "goal": case.goal,
+        "description": case.description,
+        "strategy": case.strategy,
+        "max_depth": case.max_depth,
+    }
+    # A pack disabled since then: its inputs come back as JSON, with the domain left open.
+    domain = case.domain if case.domain in {slug for slug, _, _ in packs} else ""
+    if domain:
+        initial.update((input_field_name(k), v) for k, v in case.inputs.items())
+    else:
+        initial["inputs"] = case.inputs or None
+    return _case_form(packs, domain, initial=initial), case
 
 
 @require_http_methods(["GET", "POST"])
 def case_new(request: HtmxHttpRequest) -> HttpResponse:
-    """Show the case form (htmx swaps the domain's inputs and the LLM estimate); submit it."""
-    if not request.user.has_perm("oversight.submit_case"):
-        raise PermissionDenied("Only analysts submit cases.")
+    """Show the case form (htmx refreshes the planning options and the estimate); submit it.
+
+    Raises PermissionDenied unless the user submits cases, and Http404 for a `from` case the
+    user may not read.
+    """
+    rules.require_submitter(request.user)
     template = "planning/case_new.html"
-    if request.method == "GET":
-        form = _case_form(None, request.GET)
-        return render(
-            request, _partial(request, template, {"domain-inputs", "llm-estimate"}),
-            _form_context(form),
-        )  # fmt: skip
-    form = _case_form(request.POST, request.POST)
-    if form.is_valid():
-        data = form.cleaned_data
-        try:
-            case = submit_case(
-                submitter=request.user,  # type: ignore[arg-type]
-                title=data["title"],
-                goal=data["goal"],
-                description=data["description"],
-                inputs=form.inputs(),
-                domain=data["domain"],
-                strategy=data["strategy"],
-                max_depth=data["max_depth"],
-            )
-        except CaseInvalid as exc:
-            form.add_case_errors(exc.errors)
-        else:
-            return redirect("planning:case-detail", case_id=case.pk)
-    return render(request, template, _form_context(form), status=422)
+    packs = _packs()
+    source: Case | None = None
+    status = 200
+    if request.method == "GET" and "from" in request.GET:
+        form, source = _resubmission(request, packs)
+    elif request.method == "GET":
+        form = _typed_initial(request.GET, packs)
+    elif request.POST.get("action") == "refresh":
+        # The no-JavaScript way to show a new domain's inputs: a POST, so nothing of the
+        # form (description, CSRF token) ends up in a URL.
+        form = _typed_initial(request.POST, packs)
+    else:
+        form = _case_form(packs, request.POST.get("domain", ""), data=request.POST)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                case = submit_case(
+                    submitter=request.user,  # type: ignore[arg-type]
+                    title=data["title"],
+                    goal=data["goal"],
+                    description=data["description"],
+                    inputs=form.inputs(),
+                    domain=data["domain"],
+                    strategy=data["strategy"],
+                    max_depth=data["max_depth"],
+                )
+            except CaseInvalid as exc:
+                form.add_case_errors(exc.errors)
+            else:
+                return redirect("planning:case-detail", case_id=case.pk)
+        status = 422
+    labels = dict(form.fields["domain"].choices)  # type: ignore[attr-defined]
+    context = {
+        "form": form,
+        "estimate": llm_estimate(form),
+        "domain_label": labels.get(form.domain_slug, form.domain_slug),
+        "inputs_of": form.domain_slug,
+        "source": source,
+        "max_description": rules.DESCRIPTION_MAX_LENGTH,
+    }
+    return render_partial(
+        request, template, context, partials={"planning-options", "llm-estimate"}, status=status
+    )
 
 
 # Listing cases -----------------------------------------------------------------------------
@@ -127,12 +189,15 @@ def case_new(request: HtmxHttpRequest) -> HttpResponse:
 
 @require_GET
 def case_list(request: HtmxHttpRequest) -> HttpResponse:
-    """List the cases the user may read, newest first, filtered by status, domain and owner."""
-    _require_case_reader(request)
+    """List the cases the user may read, newest first, filtered by status, domain and owner.
+
+    Raises PermissionDenied unless the user reads cases.
+    """
+    rules.require_case_reader(request.user)
     cases = visible_cases(request.user)
     status = request.GET.get("status", "")
     domain = request.GET.get("domain", "")
-    sees_all = can_view_all_cases(request.user)
+    sees_all = rules.can_view_all_cases(request.user)
     mine = sees_all and request.GET.get("mine", "") in {"1", "on", "true"}
     if status in CaseStatus.values:
         cases = cases.filter(status=status)
@@ -154,17 +219,17 @@ def case_list(request: HtmxHttpRequest) -> HttpResponse:
         "mine": mine,
         "sees_all": sees_all,
         "statuses": CaseStatus.values,
-        "domains": [(row.slug, row.name) for row, _ in pack_choices()],
+        "domains": [(slug, name) for slug, name, _ in _packs()],
         "query": query.urlencode(),
-        "can_submit": request.user.has_perm("oversight.submit_case"),
+        "can_submit": rules.can_submit_cases(request.user),
     }
-    return render(request, _partial(request, "planning/case_list.html", {"case-table"}), context)
+    return render_partial(request, "planning/case_list.html", context, partials={"case-table"})
 
 
 # One case ----------------------------------------------------------------------------------
 
 
-def _node_url(case_id: int) -> Any:
+def _node_url(case_id: int) -> Callable[[PlanNode], str]:
     # One reverse() for the whole plan: a 500-leaf page would otherwise resolve 500 times.
     marker = 987654321
     pattern = reverse("planning:node-detail", kwargs={"case_id": case_id, "node_id": marker})
@@ -172,7 +237,28 @@ def _node_url(case_id: int) -> Any:
     return lambda node: f"{head}{node.pk}{tail}"
 
 
-def _case_context(case: Case, selected: int | None = None) -> dict[str, object]:
+def _inputs_shown(case: Case) -> tuple[list[tuple[str, Any]], str]:
+    """Return the case inputs as (label, value) rows for a pack, or as JSON without one."""
+    if not case.inputs:
+        return [], ""
+    pack = PACKS.get(case.domain) if case.domain else None
+    if pack is None:
+        return [], json.dumps(case.inputs, indent=2, ensure_ascii=False, sort_keys=True)
+    props = pack.input_schema.model_json_schema().get("properties", {})
+    rows = []
+    for name, value in case.inputs.items():
+        label = props.get(name, {}).get("title") or name.replace("_", " ").capitalize()
+        if isinstance(value, bool):
+            shown: Any = "yes" if value else "no"
+        elif isinstance(value, list | dict):
+            shown = json.dumps(value, ensure_ascii=False) if value else "—"
+        else:
+            shown = value
+        rows.append((label, shown))
+    return rows, ""
+
+
+def _case_context(request: HtmxHttpRequest, case: Case) -> dict[str, object]:
     nodes = list(plan_nodes(case))
     leaves = [node for node in nodes if node.is_leaf]
     url_for = _node_url(case.pk)
@@ -193,38 +279,31 @@ def _case_context(case: Case, selected: int | None = None) -> dict[str, object]:
     for leaf in leaves:
         counts[leaf.status] = counts.get(leaf.status, 0) + 1
     version = case.current_version
+    input_rows, inputs_json = _inputs_shown(case)
+    can_resubmit = case.status == CaseStatus.PLAN_FAILED and rules.can_submit_cases(request.user)
     return {
         "case": case,
         "version": version,
         "warnings": list(version.warnings) if version else [],
         "rows": rows,
         "leaf_count": len(leaves),
-        "status_counts": sorted(counts.items()),
-        "dot": plan_dot(nodes, url_for=url_for, selected=selected) if nodes else "",
+        "dot": plan_dot(nodes, url_for=url_for) if nodes else "",
         "poll": POLL_INTERVAL if case.is_live else "",
-        "legend": [(s.value, s.label) for s in NodeStatus if s in STATUS_COLOURS],
+        # Only the statuses this plan's steps are in: the legend explains what is on screen.
+        "legend": [
+            (status, status.replace("_", " "), counts[status])
+            for status in STATUS_COLOURS
+            if status in counts
+        ],
+        "input_rows": input_rows,
+        "inputs_json": inputs_json,
+        "resubmit_url": (f"{reverse('planning:case-new')}?from={case.pk}" if can_resubmit else ""),
     }
 
 
-@require_GET
-def case_detail(request: HtmxHttpRequest, case_id: int) -> HttpResponse:
-    """Show a case: its status, plan warnings, DAG, task table and a node panel."""
-    case = case_for(request.user, case_id)
-    template = _partial(request, "planning/case_detail.html", {"case-live", "node-panel"})
-    return render(request, template, _case_context(case))
-
-
-@require_GET
-def node_detail(request: HtmxHttpRequest, case_id: int, node_id: int) -> HttpResponse:
-    """Show one node of a case's plan: in the page's side panel (htmx) or as its own page."""
-    case = case_for(request.user, case_id)
-    try:
-        node = PlanNode.objects.select_related("parent", "version").get(
-            pk=node_id, version__case=case
-        )
-    except PlanNode.DoesNotExist:
-        raise Http404("No such node in this case") from None
+def _node_context(case: Case, node: PlanNode) -> dict[str, object]:
     url_for = _node_url(case.pk)
+    node.url = url_for(node)  # type: ignore[attr-defined]
     siblings = {
         row.key: row
         for row in PlanNode.objects.filter(version_id=node.version_id, key__in=node.depends_on)
@@ -233,13 +312,54 @@ def node_detail(request: HtmxHttpRequest, case_id: int, node_id: int) -> HttpRes
     for _, dependency in dependencies:
         if dependency is not None:
             dependency.url = url_for(dependency)  # type: ignore[attr-defined]
-    context = {
+    return {
         "case": case,
         "node": node,
         "dependencies": dependencies,
         "is_current": node.version_id == case.current_version_id,
-        "inputs_json": json.dumps(node.inputs, indent=2, ensure_ascii=False, sort_keys=True),
+        "node_inputs_json": json.dumps(node.inputs, indent=2, ensure_ascii=False, sort_keys=True),
         "close_url": reverse("planning:case-detail", kwargs={"case_id": case.pk}),
     }
-    template = _partial(request, "planning/node_detail.html", {"node-panel"})
-    return render(request, template, context)
+
+
+@require_GET
+def case_detail(request: HtmxHttpRequest, case_id: int) -> HttpResponse:
+    """Show a case: its status, inputs, plan warnings, DAG, task table and a step panel.
+
+    Raises Http404 when the case does not exist or is not the user's to read.
+    """
+    case = case_for(request.user, case_id)
+    partials = {"case-live", "node-panel"}
+    if partial_name(request, partials) == "node-panel":
+        # Closing the step panel: the page's own URL again, without a step.
+        response = render_partial(
+            request, "planning/case_detail.html", {"case": case}, partials=partials
+        )
+        response["HX-Push-Url"] = request.path
+        return response
+    context = _case_context(request, case)
+    return render_partial(request, "planning/case_detail.html", context, partials=partials)
+
+
+@require_GET
+def node_detail(request: HtmxHttpRequest, case_id: int, node_id: int) -> HttpResponse:
+    """Show one step of a case's plan: the side panel for htmx, else the case page with it open.
+
+    htmx requests get the panel and push the step's URL, so reload and links show the same
+    step. Raises Http404 when the case is not the user's to read or has no such node.
+    """
+    case = case_for(request.user, case_id)
+    try:
+        node = PlanNode.objects.select_related("parent", "version").get(
+            pk=node_id, version__case=case
+        )
+    except PlanNode.DoesNotExist:
+        raise Http404("No such step in this case") from None
+    context = _node_context(case, node)
+    partials = {"node-panel"}
+    if partial_name(request, partials):
+        response = render_partial(request, "planning/case_detail.html", context, partials=partials)
+        response["HX-Push-Url"] = request.path
+        return response
+    context = {**_case_context(request, case), **context}
+    return render_partial(request, "planning/case_detail.html", context, partials=partials)

@@ -1,5 +1,8 @@
 // Draw every [data-dot] element as SVG with the vendored Graphviz WebAssembly build (Viz.js),
 // again whenever htmx swaps new content in, and open a step's detail in #node-panel on click.
+// The step panel is the one source of the selection: whatever it shows (after a click, a link
+// in the table or the panel, a reload of a step's URL, a poll) is highlighted in the graph and
+// the task table.
 (function () {
   "use strict";
 
@@ -8,7 +11,6 @@
   // Last drawing per [data-dot-key]: a poll that brings the same DOT back reuses it, and a
   // changed DOT shows the previous drawing until the new one is laid out (no flicker).
   var drawings = new Map();
-  var selectedHref = null;
 
   function viz() {
     if (!vizReady) vizReady = window.Viz.instance();
@@ -19,11 +21,35 @@
     return link.getAttribute("href") || link.getAttributeNS(XLINK, "href");
   }
 
+  function selection() {
+    var panel = document.getElementById("node-panel");
+    return {
+      url: (panel && panel.getAttribute("data-node-url")) || null,
+      key: (panel && panel.getAttribute("data-node")) || null,
+    };
+  }
+
   function markSelected(root) {
+    var selected = selection();
     root.querySelectorAll("g.node").forEach(function (node) {
       var link = node.querySelector("a");
-      node.classList.toggle("selected", !!link && hrefOf(link) === selectedHref);
+      node.classList.toggle("selected", !!selected.url && !!link && hrefOf(link) === selected.url);
     });
+  }
+
+  function markRows() {
+    var key = selection().key;
+    document.querySelectorAll("#task-table tbody tr[data-key]").forEach(function (row) {
+      var on = key !== null && row.getAttribute("data-key") === key;
+      row.classList.toggle("selected", on);
+      if (on) row.setAttribute("aria-current", "true");
+      else row.removeAttribute("aria-current");
+    });
+  }
+
+  function markAll() {
+    document.querySelectorAll("[data-dot]").forEach(markSelected);
+    markRows();
   }
 
   function show(el, svg) {
@@ -72,8 +98,7 @@
     var href = hrefOf(link);
     if (!href || !document.getElementById("node-panel") || !window.htmx) return;
     event.preventDefault();
-    selectedHref = href;
-    document.querySelectorAll("[data-dot]").forEach(markSelected);
+    // The answer pushes the step's URL (HX-Push-Url), so reload shows this step again.
     window.htmx.ajax("GET", href, { target: "#node-panel", swap: "outerHTML" });
   });
 
@@ -87,8 +112,11 @@
   });
 
   if (window.htmx) {
-    window.htmx.onLoad(drawAll);
+    window.htmx.onLoad(function (root) {
+      drawAll(root);
+      markAll();
+    });
   } else {
-    document.addEventListener("DOMContentLoaded", function () { drawAll(document); });
+    document.addEventListener("DOMContentLoaded", function () { drawAll(document); markAll(); });
   }
 })();

@@ -45,9 +45,14 @@ def test_auditor_reads_the_audit_trail_and_filters_it() -> None:
     assert page.status_code == 200
     assert b"auth.login.failed" in page.content
     assert b"config.agent.changed" not in page.content
-    partial = client.get("/audit/?action=config.", headers={"HX-Request": "true"})
+    headers = {"HX-Request": "true", "HX-Target": "audit-table"}
+    partial = client.get("/audit/?action=config.", headers=headers)
     assert b"config.agent.changed" in partial.content
-    assert b"<html" not in partial.content
+    assert partial.content.lstrip().startswith(b'<div id="audit-table"')
+    assert "HX-Request" in partial["Vary"]
+    # An htmx request aimed elsewhere (a boosted link, a history restore) gets the whole page.
+    other = client.get("/audit/", headers={"HX-Request": "true", "HX-Target": "main"})
+    assert b"<html" in other.content
 
 
 @pytest.mark.parametrize(
@@ -104,3 +109,38 @@ def test_pages_carry_a_strict_content_security_policy() -> None:
     policy = response["Content-Security-Policy"]
     assert "default-src 'self'" in policy
     assert "unsafe-inline" not in policy
+
+
+# Every sentence on a landing page is true of the product today: what does not exist yet is
+# announced as coming, never as a feature.
+NOT_BUILT_YET = [
+    "approve it, then agents execute",
+    "separation of duties:",
+    "you review plans and gated steps",
+    "export signed bundles.",
+    "gating policy",
+    "admins cannot approve gates",
+    "complete the human tasks assigned",
+]
+
+
+@pytest.mark.parametrize(
+    "make", [personas.analyst, personas.officer, personas.auditor, personas.admin]
+)
+def test_landing_pages_claim_nothing_that_does_not_exist_yet(make: object) -> None:
+    page = _client_for(make()).get("/").content.decode().lower()  # type: ignore[operator]
+    for claim in NOT_BUILT_YET:
+        assert claim not in page, claim
+
+
+@pytest.mark.parametrize("make", [personas.analyst, personas.officer, personas.auditor])
+def test_landing_pages_say_what_is_coming(make: object) -> None:
+    page = _client_for(make()).get("/").content.decode()  # type: ignore[operator]
+    note = page.split('data-note="coming"', 1)[1].split("</p>", 1)[0]
+    assert "Coming" in note or "coming" in note
+
+
+def test_admin_landing_names_only_what_the_admin_configures() -> None:
+    page = _client_for(personas.admin()).get("/").content.decode()
+    assert "agents, tool risk classes and domain packs" in page
+    assert "policy" not in page

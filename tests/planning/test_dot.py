@@ -6,8 +6,10 @@ import re
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from planning.dot import STATUS_COLOURS, leaf_label, plan_dot, quote
+from planning.dot import STATUS_COLOURS, leaf_label, plan_dot, quote, transitive_reduction
 from planning.models import NodeStatus, PlanNode
 from tests.planning.factories import make_case, make_plan
 
@@ -174,3 +176,100 @@ def test_long_tasks_are_wrapped_and_shortened(analyst: Any) -> None:
     label = leaf_label(leaf)
     assert label.endswith("…")
     assert max(len(line) for line in label.split("\n")) <= 30
+
+
+# Drawing the transitive reduction -------------------------------------------------------------
+
+
+def closure(deps: dict[str, Any]) -> dict[str, set[str]]:
+    """Return every key's transitive dependencies, the slow and obvious way."""
+    found: dict[str, set[str]] = {}
+
+    def visit(key: str) -> set[str]:
+        if key not in found:
+            found[key] = set()
+            for dep in deps[key]:
+                found[key] |= {dep} | visit(dep)
+        return found[key]
+
+    for key in deps:
+        visit(key)
+    return found
+
+
+def test_goal_plans_transitive_edges_are_not_drawn_but_kept_in_the_data() -> None:
+    # The shape of a goal-oriented invoice plan: extract feeds every check directly and
+    # through the supplier lookup.
+    deps = {
+        "extract": [],
+        "lookup": ["extract"],
+        "check-duplicate": ["extract", "lookup"],
+        "check-totals": ["extract", "lookup"],
+        "report": ["check-duplicate", "extract", "check-totals", "lookup"],
+    }
+    assert transitive_reduction(deps) == {
+        "extract": (),
+        "lookup": ("extract",),
+        "check-duplicate": ("lookup",),
+        "check-totals": ("lookup",),
+        "report": ("check-duplicate", "check-totals"),
+    }
+    assert deps["report"] == ["check-duplicate", "extract", "check-totals", "lookup"]
+
+
+def test_unknown_duplicate_and_cyclic_dependencies() -> None:
+    assert transitive_reduction({"a": ["ghost", "b", "b"], "b": []}) == {"a": ("b",), "b": ()}
+    cyclic = {"a": ["b"], "b": ["a", "ghost"]}
+    assert transitive_reduction(cyclic) == {"a": ("b",), "b": ("a",)}
+
+
+def test_a_step_after_all_earlier_ones_is_drawn_as_one_chain_for_500_leaves() -> None:
+    keys = [f"s{n}" for n in range(500)]
+    deps = {key: keys[:n] for n, key in enumerate(keys)}  # 124,750 dependencies
+    reduced = transitive_reduction(deps)
+    assert reduced == {key: ((keys[n - 1],) if n else ()) for n, key in enumerate(keys)}
+
+
+@st.composite
+def dags(draw: Any) -> dict[str, list[str]]:
+    size = draw(st.integers(min_value=0, max_value=14))
+    keys = [f"k{n}" for n in range(size)]
+    deps = {
+        key: draw(st.lists(st.sampled_from(keys[:n]), unique=True)) if n else []
+        for n, key in enumerate(keys)
+    }
+    order = draw(st.permutations(keys))  # declaration order is not topological order
+    return {key: deps[key] for key in order}
+
+
+@given(dags())
+def test_reduction_keeps_what_each_step_waits_for_with_no_edge_to_spare(
+    deps: dict[str, list[str]],
+) -> None:
+    reduced = transitive_reduction(deps)
+    assert set(reduced) == set(deps)
+    for key, kept in reduced.items():
+        assert set(kept) <= set(deps[key])
+        assert list(kept) == [d for d in deps[key] if d in kept]  # order kept
+    assert closure(reduced) == closure(deps)
+    for key, kept in reduced.items():
+        for dep in kept:
+            fewer = {**reduced, key: tuple(d for d in kept if d != dep)}
+            assert closure(fewer) != closure(deps), f"{dep} -> {key} was redundant"
+
+
+def test_dot_draws_the_reduction_of_a_plans_edges(analyst: Any) -> None:
+    case = make_case(analyst)
+    make_plan(
+        case,
+        leaves=3,
+        groups=1,
+        labels={2: {"depends_on": ["step-0", "step-1"]}},  # step-1 already follows step-0
+    )
+    nodes = nodes_of(case)
+    by_key = {n.key: n for n in nodes}
+    dot = plan_dot(nodes, url_for=url)
+    edges = {(s[0], s[2]) for s in statements(dot) if len(s) >= 3 and s[1] == "->"}
+    step = {k: f'"node-{by_key[k].pk}"' for k in ("step-0", "step-1", "step-2")}
+    assert edges == {(step["step-0"], step["step-1"]), (step["step-1"], step["step-2"])}
+    assert PlanNode.objects.get(pk=by_key["step-2"].pk).depends_on == ["step-0", "step-1"]

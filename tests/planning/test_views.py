@@ -1,7 +1,11 @@
-"""Case pages: who may see what, the submission form, live refresh, and constant query counts."""
+"""Case pages: who may see what, the submission form, a step's URL, error pages, live refresh,
+and constant query counts."""
 
 from __future__ import annotations
 
+import json
+import re
+from html.parser import HTMLParser
 from typing import Any
 
 import pytest
@@ -138,6 +142,93 @@ def test_only_analysts_may_open_the_case_form(
 # The submission form ---------------------------------------------------------------------------
 
 
+class FormReader(HTMLParser):
+    """Read a page's form as a browser would submit it untouched, and each select's options."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values: dict[str, str] = {}
+        self.options: dict[str, list[dict[str, Any]]] = {}
+        self.hx_includes: list[str] = []
+        self.textareas: dict[str, dict[str, str | None]] = {}
+        self._select: str | None = None
+        self._textarea: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if "hx-include" in a:
+            self.hx_includes.append(a["hx-include"] or "")
+        name = a.get("name") or ""
+        if tag == "input" and name:
+            kind = a.get("type", "text")
+            if kind == "checkbox":
+                if "checked" in a:
+                    self.values[name] = a.get("value") or "on"
+            elif kind not in {"submit", "button"}:
+                self.values[name] = a.get("value") or ""
+        elif tag == "select":
+            self._select = name
+            self.options[name] = []
+        elif tag == "option" and self._select is not None:
+            option = {"value": a.get("value", ""), "disabled": "disabled" in a, "label": ""}
+            self.options[self._select].append(option)
+            if "selected" in a:
+                self.values[self._select] = option["value"]
+        elif tag == "textarea":
+            self._textarea = name
+            self.textareas[name] = a
+            self.values[name] = ""
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "select":
+            self._select = None
+        elif tag == "textarea":
+            self._textarea = None
+
+    def handle_data(self, data: str) -> None:
+        if self._select is not None and self.options[self._select]:
+            self.options[self._select][-1]["label"] += data
+        if self._textarea is not None:
+            self.values[self._textarea] += data.removeprefix("\n")
+
+
+def read_form(html: str) -> FormReader:
+    reader = FormReader()
+    reader.feed(html)
+    return reader
+
+
+def option(reader: FormReader, select: str, value: str) -> dict[str, Any]:
+    return next(o for o in reader.options[select] if o["value"] == value)
+
+
+@pytest.fixture
+def provider(settings: Any) -> None:
+    """An LLM provider is configured (nothing is called: these tests never plan)."""
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
+
+
+def test_form_defaults_are_the_first_pack_and_static_and_they_submit(
+    analyst: Any, packs: None, django_capture_on_commit_callbacks: Any
+) -> None:
+    client = client_for(analyst)
+    form = read_form(client.get(reverse("planning:case-new")).content.decode())
+    assert form.values["domain"] == "invoice"
+    assert form.values["strategy"] == "static"
+    assert form.values["max_depth"] == "2"
+    submitted = {
+        **form.values,
+        "title": "Check INV-1042",
+        "goal": "Verify the invoice",
+        "input_invoice_id": "INV-1042",
+    }
+    with django_capture_on_commit_callbacks(execute=False):
+        response = client.post(reverse("planning:case-new"), submitted)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    case = Case.objects.get()
+    assert (case.domain, case.strategy, case.max_depth) == ("invoice", "static", 2)
+
+
 def test_form_renders_the_chosen_domains_inputs_without_javascript(
     analyst: Any, packs: None
 ) -> None:
@@ -148,18 +239,21 @@ def test_form_renders_the_chosen_domains_inputs_without_javascript(
     assert "none: plan from goal and description" in page
     fraud = client.get(reverse("planning:case-new"), {"domain": "fraud"}).content.decode()
     assert 'name="input_account_id"' in fraud and 'name="input_invoice_id"' not in fraud
-    bare = client.get(reverse("planning:case-new")).content.decode()
+    bare = client.get(reverse("planning:case-new"), {"domain": ""}).content.decode()
     assert "input_invoice_id" not in bare
+    assert 'name="inputs"' in bare  # domain-less: an optional JSON object
 
 
-def test_domain_change_swaps_only_the_inputs_fieldset(analyst: Any, packs: None) -> None:
+def test_domain_change_refreshes_inputs_and_strategies_only(analyst: Any, packs: None) -> None:
     response = htmx_get(
-        client_for(analyst), reverse("planning:case-new"), "domain-inputs", domain="incident"
+        client_for(analyst), reverse("planning:case-new"), "planning-options", domain="incident"
     )
     body = response.content.decode().strip()
-    assert body.startswith('<fieldset id="domain-inputs"')
+    assert body.startswith('<div id="planning-options"')
     assert 'name="input_service"' in body and 'name="input_severity"' in body
-    assert "<html" not in body
+    assert 'name="strategy"' in body and 'id="llm-estimate"' in body
+    assert "<html" not in body and 'name="title"' not in body
+    assert "HX-Request" in response["Vary"]
 
 
 def test_disabled_pack_is_not_offered(analyst: Any, packs: None) -> None:
@@ -171,6 +265,140 @@ def test_disabled_pack_is_not_offered(analyst: Any, packs: None) -> None:
     assert 'value="invoice"' in page
 
 
+def test_without_a_provider_llm_is_disabled_with_the_reason_and_hybrid_stays_static(
+    analyst: Any, packs: None
+) -> None:
+    client = client_for(analyst)
+    form = read_form(client.get(reverse("planning:case-new")).content.decode())
+    llm = option(form, "strategy", "llm")
+    assert llm["disabled"] and "needs an LLM provider" in llm["label"]
+    assert not option(form, "strategy", "hybrid")["disabled"]
+    assert not option(form, "strategy", "static")["disabled"]
+    # Without a pack nothing could plan: "none" itself is offered disabled, with the reason.
+    none = option(form, "domain", "")
+    assert none["disabled"] and "needs an LLM provider" in none["label"]
+    estimate = htmx_get(
+        client, reverse("planning:case-new"), "llm-estimate", domain="invoice", strategy="hybrid"
+    ).content.decode()
+    assert "static methods only" in estimate
+
+
+def test_without_a_domain_pack_strategies_disabled_and_a_runnable_one_chosen(
+    analyst: Any, packs: None, provider: None
+) -> None:
+    client = client_for(analyst)
+    body = htmx_get(
+        client, reverse("planning:case-new"), "planning-options", domain="", strategy="static"
+    ).content.decode()
+    form = read_form(body)
+    for strategy in ("static", "forward", "goal"):
+        found = option(form, "strategy", strategy)
+        assert found["disabled"] and "needs a domain pack" in found["label"]
+    assert not option(form, "strategy", "llm")["disabled"]
+    assert not option(form, "strategy", "hybrid")["disabled"]
+    assert form.values["strategy"] == "llm"  # static cannot run here: the first that can
+    assert 'data-unavailable="static"' in body
+    page = read_form(client.get(reverse("planning:case-new")).content.decode())
+    assert not option(page, "domain", "")["disabled"]
+
+
+@pytest.mark.parametrize(
+    ("domain", "strategy", "message"),
+    [
+        ("", "static", "needs a domain pack"),
+        ("invoice", "llm", "needs an LLM provider"),
+        ("", "hybrid", "needs a domain pack or an LLM provider"),
+    ],
+)
+def test_a_strategy_that_cannot_run_is_refused_when_posted_anyway(
+    analyst: Any, packs: None, domain: str, strategy: str, message: str
+) -> None:
+    response = client_for(analyst).post(
+        reverse("planning:case-new"),
+        {"domain": domain, "title": "t", "goal": "g", "strategy": strategy, "max_depth": "2",
+         "input_invoice_id": "INV-1042"},
+    )  # fmt: skip
+    assert response.status_code == 422
+    page = response.content.decode()
+    strategy_field = page.split('data-field="strategy"', 1)[1].split('data-field="max_depth"')[0]
+    assert message in strategy_field
+    assert not Case.objects.exists()
+
+
+REFRESH_INCLUDES = {
+    "#id_domain", "#id_strategy", "#id_max_depth",
+    "#domain-inputs [name^='input_']", "#domain-inputs [name='inputs_of']",
+}  # fmt: skip
+
+
+def test_refreshes_never_put_texts_or_the_csrf_token_in_a_url(analyst: Any, packs: None) -> None:
+    page = client_for(analyst).get(reverse("planning:case-new")).content.decode()
+    form = read_form(page)
+    assert len(form.hx_includes) == 2  # the domain refresh and the estimate refresh
+    for include in form.hx_includes:
+        selectors = {part.strip() for part in include.split(",")}
+        assert selectors <= REFRESH_INCLUDES, include
+    # A GET form (htmx or not) would put every field of it into the URL.
+    assert not re.search(r"<form[^>]*hx-get", page)
+    assert 'formmethod="get"' not in page
+    assert 'method="post"' in page
+
+
+def test_no_javascript_refresh_is_a_post_that_keeps_the_texts_and_submits_nothing(
+    analyst: Any, packs: None
+) -> None:
+    description = "x" * 70_000
+    response = client_for(analyst).post(
+        reverse("planning:case-new"),
+        {"action": "refresh", "domain": "incident", "title": "Kept", "goal": "g",
+         "description": description, "strategy": "static", "max_depth": "2"},
+    )  # fmt: skip
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert 'name="input_service"' in page
+    assert 'value="Kept"' in page and description in page
+    assert "This field is required" not in page
+    assert not Case.objects.exists()
+
+
+def test_an_unchecked_box_stays_unchecked_across_a_refresh(analyst: Any, packs: None) -> None:
+    client = client_for(analyst)
+    url = reverse("planning:case-new")
+    same = read_form(
+        htmx_get(client, url, "planning-options", domain="invoice", inputs_of="invoice",
+                 input_invoice_id="INV-1042").content.decode()
+    )  # fmt: skip
+    assert "input_check_purchase_order" not in same.values  # the analyst unchecked it
+    assert same.values["input_invoice_id"] == "INV-1042"
+    switched = read_form(
+        htmx_get(
+            client, url, "planning-options", domain="invoice", inputs_of="fraud"
+        ).content.decode()
+    )
+    assert switched.values["input_check_purchase_order"] == "on"  # a new domain: its defaults
+
+
+def test_description_limit_is_the_rule_and_the_error_gives_the_count(
+    analyst: Any, packs: None
+) -> None:
+    from planning import rules
+
+    client = client_for(analyst)
+    form = read_form(client.get(reverse("planning:case-new")).content.decode())
+    assert "maxlength" not in form.textareas["description"]  # never cut silently by the browser
+    too_long = "y" * (rules.DESCRIPTION_MAX_LENGTH + 1)
+    response = client.post(
+        reverse("planning:case-new"),
+        {"domain": "invoice", "title": "t", "goal": "g", "description": too_long,
+         "strategy": "static", "max_depth": "2", "input_invoice_id": "INV-1042"},
+    )  # fmt: skip
+    assert response.status_code == 422
+    field = response.content.decode().split('data-field="description"', 1)[1]
+    limit = rules.DESCRIPTION_MAX_LENGTH
+    assert f"At most {limit:,} characters (this has {limit + 1:,})." in field
+    assert not Case.objects.exists()
+
+
 @pytest.mark.parametrize(
     ("strategy", "depth", "expected"),
     [
@@ -178,14 +406,15 @@ def test_disabled_pack_is_not_offered(analyst: Any, packs: None) -> None:
         ("llm", 1, "Up to 1 LLM call (b = 5, depth 1)"),
         ("hybrid", 2, "Up to 6 LLM calls (b = 5, depth 2), fewer when static methods"),
         ("static", 4, "No LLM calls"),
+        ("static", 9, "Choose a depth between 1 and 5"),
     ],
 )
 def test_expected_llm_calls_follow_strategy_and_depth(
-    analyst: Any, packs: None, strategy: str, depth: int, expected: str
+    analyst: Any, packs: None, provider: None, strategy: str, depth: int, expected: str
 ) -> None:
     response = htmx_get(
         client_for(analyst), reverse("planning:case-new"), "llm-estimate",
-        strategy=strategy, max_depth=depth,
+        domain="invoice", strategy=strategy, max_depth=depth,
     )  # fmt: skip
     body = response.content.decode().strip()
     assert body.startswith('<p id="llm-estimate"')
@@ -213,6 +442,22 @@ def test_submitting_the_form_creates_the_case_and_opens_its_page(
     }  # fmt: skip
     assert case.status == CaseStatus.PLANNING
     assert len(callbacks) == 1  # planning is enqueued once the transaction commits
+
+
+def test_domain_less_case_takes_a_json_object_of_inputs(
+    analyst: Any, packs: None, provider: None, django_capture_on_commit_callbacks: Any
+) -> None:
+    client = client_for(analyst)
+    base = {"domain": "", "title": "Outage", "goal": "Restore", "strategy": "llm", "max_depth": "2"}
+    refused = client.post(reverse("planning:case-new"), {**base, "inputs": "[1, 2]"})
+    assert refused.status_code == 422
+    assert "Enter a JSON object" in refused.content.decode()
+    with django_capture_on_commit_callbacks(execute=False):
+        response = client.post(
+            reverse("planning:case-new"), {**base, "inputs": '{"service": "payments"}'}
+        )
+    assert response.status_code == 302
+    assert Case.objects.get().inputs == {"service": "payments"}
 
 
 def test_invalid_submission_keeps_the_input_and_shows_errors_next_to_the_fields(
@@ -244,24 +489,77 @@ def test_invalid_submission_keeps_the_input_and_shows_errors_next_to_the_fields(
         },
     )  # fmt: skip
     page = response.content.decode()
-    invoice_field = page.split('data-field="input_invoice_id"', 1)[1].split("</div>", 3)
-    assert "should match pattern" in "".join(invoice_field)
+    invoice_field = page.split('data-field="input_invoice_id"', 1)[1].split("</div>", 1)[0]
+    assert 'class="errorlist" id="id_input_invoice_id_error"' in invoice_field
     assert 'value="INV-12"' in page
     assert not Case.objects.exists()
 
 
-def test_static_strategy_without_domain_is_refused_next_to_the_domain(
-    analyst: Any, packs: None
-) -> None:
-    response = client_for(analyst).post(
-        reverse("planning:case-new"),
-        {"domain": "", "title": "t", "goal": "g", "strategy": "static", "max_depth": "2"},
+# Edit and resubmit a failed case -----------------------------------------------------------------
+
+
+def test_failed_case_offers_edit_and_resubmit_to_its_submitter(analyst: Any, officer: Any) -> None:
+    failed = make_case(analyst, status=CaseStatus.PLAN_FAILED, error="No method matched")
+    url = reverse("planning:case-detail", args=[failed.pk])
+    link = f"{reverse('planning:case-new')}?from={failed.pk}"
+    assert link in client_for(analyst).get(url).content.decode()
+    # The officer may read the case but submits none: no link for them.
+    assert link not in client_for(officer).get(url).content.decode()
+    waiting = make_case(analyst)
+    assert (
+        "?from="
+        not in client_for(analyst)
+        .get(reverse("planning:case-detail", args=[waiting.pk]))
+        .content.decode()
     )
-    assert response.status_code == 422
+
+
+def test_resubmit_form_is_prefilled_from_the_failed_case(analyst: Any, packs: None) -> None:
+    failed = make_case(
+        analyst, title="Fraud on ACC-7", goal="Find out", description="Long story",
+        domain="fraud", strategy="forward", max_depth=3, status=CaseStatus.PLAN_FAILED,
+        inputs={"account_id": "ACC-7", "amount": "1200.50", "prior_flags": 2,
+                "customer_reported": True},
+    )  # fmt: skip
+    response = client_for(analyst).get(reverse("planning:case-new"), {"from": failed.pk})
+    assert response.status_code == 200
     page = response.content.decode()
-    after_domain = page.split('data-field="domain"', 1)[1]
-    domain_field = after_domain.split('<fieldset id="domain-inputs"', 1)[0]
-    assert "plans with a domain pack" in domain_field
+    form = read_form(page)
+    assert form.values["title"] == "Fraud on ACC-7"
+    assert form.values["goal"] == "Find out"
+    assert form.values["description"] == "Long story"
+    assert form.values["domain"] == "fraud"
+    assert form.values["strategy"] == "forward"
+    assert form.values["max_depth"] == "3"
+    assert form.values["input_account_id"] == "ACC-7"
+    assert form.values["input_amount"] == "1200.50"
+    assert form.values["input_prior_flags"] == "2"
+    assert form.values["input_customer_reported"] == "on"
+    assert f'data-prefilled-from="{failed.pk}"' in page
+    assert "csrfmiddlewaretoken" in form.values  # a normal form, submitted by POST
+
+
+def test_resubmit_of_a_domain_less_case_brings_its_json_inputs(
+    analyst: Any, packs: None, provider: None
+) -> None:
+    failed = make_case(
+        analyst, domain="", strategy="llm", inputs={"service": "payments"},
+        status=CaseStatus.PLAN_FAILED,
+    )  # fmt: skip
+    form = read_form(
+        client_for(analyst).get(reverse("planning:case-new"), {"from": failed.pk}).content.decode()
+    )
+    assert form.values["domain"] == ""
+    assert form.values["strategy"] == "llm"
+    assert json.loads(form.values["inputs"]) == {"service": "payments"}
+
+
+def test_resubmit_from_a_case_one_may_not_read_is_404(
+    analyst: Any, other_case: Case, packs: None
+) -> None:
+    client = client_for(analyst)
+    assert client.get(reverse("planning:case-new"), {"from": other_case.pk}).status_code == 404
+    assert client.get(reverse("planning:case-new"), {"from": "x"}).status_code == 404
 
 
 # The case page -----------------------------------------------------------------------------------
@@ -280,10 +578,70 @@ def test_case_page_shows_header_dag_table_and_warnings(officer: Any, analyst: An
     assert "vendor/viz/viz-global.js" in page
 
 
+def test_case_page_shows_the_pack_inputs_as_a_definition_list(analyst: Any, packs: None) -> None:
+    case = make_case(analyst, inputs={"invoice_id": "INV-<1042>", "check_purchase_order": False})
+    page = client_for(analyst).get(reverse("planning:case-detail", args=[case.pk])).content.decode()
+    inputs = page.split('class="inputs-list"', 1)[1].split("</dl>", 1)[0]
+    assert "<dt>Invoice Id</dt><dd>INV-&lt;1042&gt;</dd>" in inputs
+    assert "<dt>Check Purchase Order</dt><dd>no</dd>" in inputs
+
+
+def test_case_page_shows_domain_less_inputs_as_json(analyst: Any) -> None:
+    case = make_case(analyst, domain="", strategy="llm", inputs={"service": "<pay>"})
+    page = client_for(analyst).get(reverse("planning:case-detail", args=[case.pk])).content.decode()
+    inputs = page.split('data-text="inputs"', 1)[1].split("</div>", 1)[0]
+    assert "&quot;service&quot;: &quot;&lt;pay&gt;&quot;" in inputs
+
+
+def test_long_description_and_goal_are_folded_and_short_ones_are_not(analyst: Any) -> None:
+    long_case = make_case(analyst, goal="g" * 400, description="d" * 5000)
+    short_case = make_case(analyst, goal="Short goal", description="Short text")
+    client = client_for(analyst)
+    long_page = client.get(reverse("planning:case-detail", args=[long_case.pk])).content.decode()
+    for name in ("goal", "description"):
+        block = long_page.split(f'data-text="{name}"', 1)[1].split("</details>", 1)[0]
+        assert "<details>" in block and "<summary>" in block
+    assert "Show all 5000 characters" in long_page
+    short_page = client.get(reverse("planning:case-detail", args=[short_case.pk])).content.decode()
+    assert "<details>" not in short_page.split('class="case-body"', 1)[0]
+    assert "Short text" in short_page
+
+
+def test_long_rationale_is_folded_in_the_step_panel(analyst: Any) -> None:
+    case = make_case(analyst)
+    make_plan(case, leaves=1, labels={0: {"rationale": "because " * 100}})
+    node = first_leaf(case)
+    panel = htmx_get(
+        client_for(analyst), reverse("planning:node-detail", args=[case.pk, node.pk]), "node-panel"
+    ).content.decode()
+    block = panel.split('data-text="rationale"', 1)[1]
+    assert re.match(r"[^<]*<details>", block)
+
+
 def test_failed_planning_shows_the_error(analyst: Any) -> None:
     case = make_case(analyst, status=CaseStatus.PLAN_FAILED, error="No LLM provider: set X")
     page = client_for(analyst).get(reverse("planning:case-detail", args=[case.pk])).content.decode()
     assert "Planning failed." in page and "No LLM provider: set X" in page
+
+
+def test_a_plan_awaiting_approval_says_that_it_stops_there_for_now(analyst: Any) -> None:
+    case = make_case(analyst)
+    make_plan(case, leaves=2)
+    page = client_for(analyst).get(reverse("planning:case-detail", args=[case.pk])).content.decode()
+    note = page.split('data-note="stops-here"', 1)[1].split("</p>", 1)[0]
+    assert "stops here for now" in note and "coming" in note
+
+
+def test_legend_lists_the_statuses_on_screen_as_swatches(analyst: Any) -> None:
+    case = make_case(analyst)
+    make_plan(case, leaves=3)
+    PlanNode.objects.filter(version=case.current_version, key="step-2").update(status="failed")
+    page = client_for(analyst).get(reverse("planning:case-detail", args=[case.pk])).content.decode()
+    legend = page.split('class="legend"', 1)[1].split("</ul>", 1)[0]
+    assert re.findall(r'<li data-status="(\w+)">', legend) == ["pending", "failed"]
+    assert legend.count('<span class="swatch" aria-hidden="true"></span>') == 2
+    assert "(2)" in legend and "(1)" in legend
+    assert "<input" not in legend and "checkbox" not in legend
 
 
 @pytest.mark.parametrize(
@@ -316,14 +674,127 @@ def test_node_panel_shows_the_nodes_detail(analyst: Any) -> None:
     url = reverse("planning:node-detail", args=[case.pk, node.pk])
     client = client_for(analyst)
     panel = htmx_get(client, url, "node-panel").content.decode()
+    assert panel.lstrip().startswith('<aside id="node-panel"')
     assert "payments-auditor" in panel and "Do step 1" in panel
     assert "needs &lt;the&gt; fields" in panel
     assert "check_totals" in panel and "&quot;n&quot;: 1" in panel
     step0 = PlanNode.objects.get(version=case.current_version, key="step-0")
     assert reverse("planning:node-detail", args=[case.pk, step0.pk]) in panel  # dependency link
     assert "test-method" in panel and "depth 1" in panel
-    full = client.get(url).content.decode()
-    assert "<html" in full and 'id="node-panel"' in full
+
+
+# A step's own URL --------------------------------------------------------------------------------
+
+
+def test_step_url_loaded_directly_is_the_case_page_with_that_step_open(analyst: Any) -> None:
+    case = make_case(analyst)
+    make_plan(case, leaves=3)
+    node = PlanNode.objects.get(version=case.current_version, key="step-1")
+    url = reverse("planning:node-detail", args=[case.pk, node.pk])
+    page = client_for(analyst).get(url).content.decode()
+    assert "<html" in page and 'id="dag"' in page and page.count('<tr data-key="step-') == 3
+    assert f'data-node="step-1" data-node-url="{url}"' in page
+    row = page.split('<tr data-key="step-1"', 1)[1].split(">", 1)[0]
+    assert 'class="selected" aria-current="true"' in row
+    assert page.count('aria-current="true"') == 1
+
+
+def test_opening_a_step_with_htmx_pushes_its_url_and_closing_pushes_the_case(
+    analyst: Any,
+) -> None:
+    case = make_case(analyst)
+    make_plan(case, leaves=2)
+    node = first_leaf(case)
+    client = client_for(analyst)
+    node_url = reverse("planning:node-detail", args=[case.pk, node.pk])
+    case_url = reverse("planning:case-detail", args=[case.pk])
+    opened = htmx_get(client, node_url, "node-panel")
+    assert opened["HX-Push-Url"] == node_url
+    closed = htmx_get(client, case_url, "node-panel")
+    assert closed["HX-Push-Url"] == case_url
+    assert closed.content.decode().lstrip().startswith('<aside id="node-panel"')
+    assert "data-node=" not in closed.content.decode()
+    # The poll refreshes the live part without touching the address bar.
+    assert "HX-Push-Url" not in htmx_get(client, case_url, "case-live")
+
+
+def test_every_page_that_answers_htmx_with_a_partial_varies_on_hx_request(
+    analyst: Any, auditor: Any, packs: None
+) -> None:
+    case = make_case(analyst)
+    make_plan(case, leaves=2)
+    node = first_leaf(case)
+    urls = [
+        (analyst, reverse("planning:case-new"), "llm-estimate"),
+        (analyst, reverse("planning:case-list"), "case-table"),
+        (analyst, reverse("planning:case-detail", args=[case.pk]), "case-live"),
+        (analyst, reverse("planning:node-detail", args=[case.pk, node.pk]), "node-panel"),
+        (auditor, reverse("oversight:audit-list"), "audit-table"),
+    ]
+    for user, url, target in urls:
+        client = client_for(user)
+        page, partial = client.get(url), htmx_get(client, url, target)
+        assert page.status_code == partial.status_code == 200, url
+        assert page.content != partial.content, url
+        for response in (page, partial):
+            vary = {part.strip() for part in response["Vary"].split(",")}
+            assert {"HX-Request", "HX-Target"} <= vary, (url, vary)
+
+
+# Error pages ------------------------------------------------------------------------------------
+
+
+def test_404_page_is_in_the_sites_layout_with_a_way_back(analyst: Any, other_case: Case) -> None:
+    client = client_for(analyst)
+    response = client.get(reverse("planning:case-detail", args=[other_case.pk]))
+    assert response.status_code == 404
+    page = response.content.decode()
+    assert 'class="topbar"' in page and 'data-error="404"' in page
+    assert f'href="{reverse("planning:case-list")}"' in page
+    assert "Case of Bea" not in page
+
+
+def test_404_for_htmx_is_a_small_notice_retargeted_to_the_error_region(
+    analyst: Any, other_case: Case
+) -> None:
+    node = first_leaf(other_case)
+    response = htmx_get(
+        client_for(analyst),
+        reverse("planning:node-detail", args=[other_case.pk, node.pk]),
+        "node-panel",
+    )
+    assert response.status_code == 404
+    body = response.content.decode().strip()
+    assert body.startswith('<div class="notice error-box" role="alert" data-error-notice="404"')
+    assert "<html" not in body
+    assert response["HX-Retarget"] == "#htmx-error"
+    assert response["HX-Reswap"] == "innerHTML"
+    assert "HX-Request" in response["Vary"]
+
+
+def test_403_page_names_the_reason_in_the_layout_and_as_htmx_notice(outsider: Any) -> None:
+    client = client_for(outsider)
+    page = client.get(reverse("planning:case-list"))
+    assert page.status_code == 403
+    body = page.content.decode()
+    assert 'class="topbar"' in body and 'data-error="403"' in body
+    assert "Only analysts, compliance officers and auditors read cases." in body
+    assert f'href="{reverse("home")}"' in body
+    notice = htmx_get(client, reverse("planning:case-list"), "case-table")
+    assert notice.status_code == 403
+    assert notice.content.decode().strip().startswith('<div class="notice error-box"')
+    assert notice["HX-Retarget"] == "#htmx-error"
+
+
+def test_404_for_a_visitor_offers_to_sign_in(db: None) -> None:
+    response = Client().get("/no-such-page/")
+    assert response.status_code == 404
+    page = response.content.decode()
+    assert 'data-error="404"' in page
+    assert f'href="{reverse("login")}"' in page
+    assert "not yours to see" not in page
+    # A page that exists asks a visitor to sign in first, before anything is looked up.
+    assert Client().get("/cases/999999/").status_code == 302
 
 
 # Query counts ------------------------------------------------------------------------------------
