@@ -6,15 +6,16 @@ from __future__ import annotations
 import dataclasses
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
+from types import MappingProxyType
 from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import F
 
 from oversight.audit import append_event
-from planning.core.catalogue import AgentSpec, Catalogue, DomainPack, ToolSpec
+from planning.core.catalogue import TOOL_RISKS, AgentSpec, Catalogue, DomainPack, ToolSpec
 from planning.models import (
     Agent,
     DecompositionCacheEntry,
@@ -27,7 +28,8 @@ from planning.models import (
 from planning.models import DomainPack as DomainPackRow
 from planning.models import Tool as ToolRow
 from planning.packs import PACKS
-from planning.packs.invoice import DEMO_ERP
+from planning.packs.invoice import PACK as INVOICE_PACK
+from planning.packs.invoice.erp import DEMO_ERP
 
 
 def enabled_pack(slug: str) -> DomainPack | None:
@@ -108,7 +110,8 @@ def all_tool_specs() -> dict[str, ToolSpec]:
     specs: dict[str, ToolSpec] = {}
     for pack in PACKS.values():
         for tool in pack.tools:
-            risk = risks.get(tool.name, tool.risk)
+            stored = risks.get(tool.name, tool.risk)
+            risk = next((r for r in TOOL_RISKS if r == stored), tool.risk)
             specs[tool.name] = dataclasses.replace(tool, risk=risk) if risk != tool.risk else tool
     return specs
 
@@ -211,6 +214,9 @@ def _money(value: Decimal) -> str:
 class DatabaseErp:
     """The invoice pack's `ErpData` port over the ERP tables."""
 
+    def has_invoice(self, invoice_id: str) -> bool:
+        return ErpInvoiceDocument.objects.filter(invoice_id=invoice_id).exists()
+
     def invoice_document(self, invoice_id: str) -> str:
         document = ErpInvoiceDocument.objects.filter(invoice_id=invoice_id).first()
         if document is None:
@@ -252,3 +258,18 @@ class DatabaseErp:
             hold_id=f"HOLD-{uuid.uuid4().hex[:10].upper()}", invoice_id=invoice_id, reason=reason
         )
         return hold.hold_id
+
+
+# Only the invoice pack's data lives in the database; the others read their demo data.
+_DATABASE_PORTS: Mapping[str, Callable[[], Any]] = MappingProxyType(
+    {INVOICE_PACK.slug: DatabaseErp}
+)
+
+
+def data_port(pack: DomainPack) -> Any | None:
+    """Return the port a pack's tools and input checks read: the database's, else its demo's.
+
+    None when the pack has neither.
+    """
+    factory = _DATABASE_PORTS.get(pack.slug, pack.demo_port)
+    return None if factory is None else factory()

@@ -7,13 +7,14 @@ pack's in-memory one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
+from planning.core.errors import flatten_errors
 from planning.core.goal import Capability, GoalOrientedDecomposition
 from planning.core.tree import Goal, thaw
 
@@ -107,8 +108,16 @@ class Catalogue:
         )
 
 
-def _no_state(inputs: BaseModel) -> dict[str, Any]:
-    return inputs.model_dump(mode="json")
+def _has_problem(problems: Mapping[str, object], path: str) -> bool:
+    return any(p == path or p.startswith(f"{path}.") for p in problems)
+
+
+type StateView = Mapping[str, Any]
+type DataCheck = Callable[[Mapping[str, Any], Any], Mapping[str, Sequence[str]]]
+
+
+def _no_capabilities(state: StateView) -> tuple[Capability, ...]:
+    return ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,35 +132,57 @@ class DomainPack:
     methods: MethodLibrary
     agents: tuple[AgentSpec, ...]
     tools: tuple[ToolSpec, ...]
-    build_state: Callable[[Any], dict[str, Any]] = _no_state
     demo_port: Callable[[], Any] | None = None
-    capabilities: tuple[Capability, ...] = ()
-    goal_facts: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    # Case-specific goal-oriented planning: capabilities whose tool inputs carry the case's
+    # Checks the inputs the schema accepted against the pack's data, read through a port:
+    # field (as in "invoice_id" or "affected_hosts.1") → messages.
+    check_data: DataCheck | None = None
+    # Goal-oriented planning for one case: capabilities whose tool inputs carry the case's
     # values (e.g. the invoice number), and the root task's goal facts chosen from the state.
-    # When set, they take the place of `capabilities` / `goal_facts[root_task]`.
-    capabilities_from: Callable[[Mapping[str, Any]], tuple[Capability, ...]] | None = None
-    goal_facts_from: Callable[[Mapping[str, Any]], frozenset[str]] | None = None
+    capabilities: Callable[[StateView], tuple[Capability, ...]] = _no_capabilities
+    goal_facts: Callable[[StateView], frozenset[str]] | None = None
+    # The `llm` agent whose model and system prompt (as admins set them) plan this pack's cases
+    # with the LLM; without one, or while it is disabled, the environment's model and prompt.
+    planner_agent: str = ""
 
     def initial_state(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Validate case `inputs` against the schema and return the planning state.
 
         Raises `pydantic.ValidationError` when the inputs do not fit `input_schema`.
         """
-        return self.build_state(self.input_schema.model_validate(dict(inputs)))
+        return self.input_schema.model_validate(dict(inputs)).model_dump(mode="json")
 
-    def capabilities_for(self, state: Mapping[str, Any]) -> tuple[Capability, ...]:
+    def check_inputs(self, inputs: Mapping[str, Any], port: Any | None) -> dict[str, list[str]]:
+        """Return every problem of case `inputs` at once, by path ("inputs.invoice_id").
+
+        First the schema's; then the pack's `check_data` through `port` on the fields the
+        schema accepted (none without a port). Raises nothing for bad inputs: it reports them.
+        """
+        try:
+            model = self.input_schema.model_validate(dict(inputs))
+        except ValidationError as exc:
+            problems = flatten_errors(exc.errors(), "inputs")
+            accepted = {
+                name: inputs[name]
+                for name in self.input_schema.model_fields
+                if name in inputs and not _has_problem(problems, f"inputs.{name}")
+            }
+        else:
+            problems = {}
+            accepted = dict(model)
+        if self.check_data is not None and port is not None and "inputs" not in problems:
+            for path, messages in self.check_data(MappingProxyType(accepted), port).items():
+                problems.setdefault(f"inputs.{path}", []).extend(messages)
+        return problems
+
+    def capabilities_for(self, state: StateView) -> tuple[Capability, ...]:
         """Return the goal-oriented capabilities available for a case in `state`."""
-        if self.capabilities_from is None:
-            return self.capabilities
-        return self.capabilities_from(state)
+        return self.capabilities(state)
 
-    def goal_facts_for(self, state: Mapping[str, Any]) -> Mapping[str, frozenset[str]]:
-        """Return the goal facts by task name for a case in `state`."""
-        facts = dict(self.goal_facts)
-        if self.goal_facts_from is not None:
-            facts[self.root_task] = self.goal_facts_from(state)
-        return MappingProxyType(facts)
+    def goal_facts_for(self, state: StateView) -> Mapping[str, frozenset[str]]:
+        """Return the goal facts by task name for a case in `state` (none without `goal_facts`)."""
+        if self.goal_facts is None:
+            return MappingProxyType({})
+        return MappingProxyType({self.root_task: self.goal_facts(state)})
 
     def goal_planner(
         self, state: Mapping[str, Any], *, max_expansions: int = 100_000

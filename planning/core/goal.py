@@ -3,7 +3,8 @@
 A fact is available when its key is present in the state with a value other than None or
 False. Each capability consumes input facts and produces output facts at a cost. The plan's
 edges run from the producer of a fact to each capability that consumes it, so independent
-capabilities form parallel branches and shared inputs form diamonds.
+capabilities form parallel branches and shared inputs form diamonds. A pack writes each leaf
+once, as a static `Step`, and offers it here with `Capability.from_step`.
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planning.core.dag import DagPlan
 from planning.core.errors import BudgetExceeded, GoalAlreadySatisfied, NoMethodMatched
 from planning.core.tree import Compound, FailurePolicy, Goal, Leaf, Provenance, freeze
+
+if TYPE_CHECKING:
+    # Only a type here: the static planner imports the catalogue, which imports this module.
+    from planning.core.static import Step
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -47,6 +52,35 @@ class Capability:
             raise ValueError(f"capability {self.name!r} produces nothing")
         if self.cost < 0:
             raise ValueError(f"capability {self.name!r} has a negative cost")
+
+    @classmethod
+    def from_step(
+        cls,
+        step: Step,
+        *,
+        inputs: Iterable[str] = (),
+        outputs: Iterable[str],
+        cost: float = 1.0,
+    ) -> Capability:
+        """Return the capability that runs `step`'s leaf, from `inputs` facts to `outputs` facts.
+
+        The step's sibling order, reads and effects belong to static and forward planning and
+        are left behind. Raises `ValueError` when it produces nothing or costs less than zero.
+        """
+        return cls(
+            name=step.key,
+            agent=step.agent,
+            task=step.task,
+            inputs=frozenset(inputs),
+            outputs=frozenset(outputs),
+            cost=cost,
+            rationale=step.rationale,
+            tool=step.tool,
+            tool_inputs=step.inputs,
+            expected_output=step.expected_output,
+            failure_policy=step.failure_policy,
+            risk=step.risk,
+        )
 
 
 def available_facts(state: Mapping[str, Any]) -> frozenset[str]:

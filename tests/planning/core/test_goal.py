@@ -2,7 +2,9 @@ import pytest
 
 from planning.core.errors import GoalAlreadySatisfied, NoMethodMatched
 from planning.core.goal import Capability, GoalOrientedDecomposition
+from planning.core.static import Step
 from planning.core.tree import Goal
+from planning.core.validation import ref
 
 
 def cap(name: str, inputs: set[str], outputs: set[str], cost: float = 1.0) -> Capability:
@@ -125,3 +127,38 @@ def test_undeclared_goal_raises_no_method_matched():
     strategy = GoalOrientedDecomposition([cap("x", set(), {"y"})], {})
     with pytest.raises(NoMethodMatched, match="no goal facts"):
         strategy.plan(Goal(name="unknown"), {})
+
+
+def test_a_capability_made_from_a_step_plans_the_same_leaf():
+    step = Step(
+        key="hold",
+        agent="clerk",
+        task="Place a hold",
+        rationale="the report says so",
+        tool="place_hold",
+        inputs={"report": ref("report"), "note": "late"},
+        depends_on=("report",),
+        expected_output="HoldResult",
+        failure_policy="escalate",
+        risk="financial",
+        reads=frozenset({"report_ready"}),
+        effects={"held": True},
+    )
+    hold = Capability.from_step(step, inputs={"report"}, outputs={"held"}, cost=2.5)
+    assert (hold.name, hold.inputs, hold.outputs, hold.cost) == (
+        "hold",
+        {"report"},
+        {"held"},
+        2.5,
+    )
+    result = plan([cap("report", {"case"}, {"report"}), hold], {"held"})
+    leaf = result.leaf("hold")
+    for name in ("agent", "task", "rationale", "tool", "inputs", "expected_output", "risk"):
+        assert getattr(leaf, name) == getattr(step, name), name
+    assert leaf.failure_policy == "escalate"
+    assert result.dependencies["hold"] == {"report"}
+
+
+def test_a_capability_from_a_step_must_still_produce_something():
+    with pytest.raises(ValueError, match="produces nothing"):
+        Capability.from_step(Step(key="x", agent="a", task="t"), outputs=set())

@@ -108,14 +108,14 @@ def test_only_the_unmatched_subtree_goes_to_the_llm(fake_openai: FakeOpenAIServe
         "isolate-systems",
         "forensic-analysis.pull-logs",
         "forensic-analysis.analyse",
-        "notify-stakeholders",
+        "announce-containment",
     ]
     assert plan.leaf("isolate-systems").provenance.source == "static:security-breach-response"
-    assert plan.leaf("notify-stakeholders").provenance.source == ("static:security-breach-response")
+    assert plan.leaf("announce-containment").provenance.source == "static:security-breach-response"
     assert plan.leaf("forensic-analysis.analyse").provenance.source == "llm:1"
     assert plan.node("forensic-analysis").provenance.source == "llm:1"
     assert plan.dependencies["forensic-analysis.pull-logs"] == {"isolate-systems"}
-    assert plan.dependencies["notify-stakeholders"] == {"forensic-analysis.analyse"}
+    assert plan.dependencies["announce-containment"] == {"forensic-analysis.analyse"}
 
 
 def test_compounds_the_llm_creates_are_tried_against_static_methods_first(

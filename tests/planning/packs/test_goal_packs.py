@@ -13,6 +13,9 @@ from planning.core.goal import Capability, GoalOrientedDecomposition
 from planning.core.static import StaticDecomposition
 from planning.core.validation import resolve_inputs, validate_plan
 from planning.packs import PACKS, fraud, incident, invoice
+from planning.packs.fraud.data import InMemoryFraudData
+from planning.packs.incident.infrastructure import InMemoryInfrastructure
+from planning.packs.invoice.erp import InMemoryErp
 
 DEMO_INPUTS: dict[str, list[dict[str, Any]]] = {
     "invoice": [
@@ -41,6 +44,10 @@ def goal_plan(
     plan = GoalOrientedDecomposition(caps, pack.goal_facts_for(state)).plan(pack.goal(), state)
     validate_plan(plan, pack.catalogue())
     return plan
+
+
+def plan_statically(pack: DomainPack, state: Mapping[str, Any]) -> DagPlan:
+    return StaticDecomposition(pack.methods).plan(pack.goal(), state)
 
 
 def with_cost(caps: tuple[Capability, ...], name: str, cost: float) -> tuple[Capability, ...]:
@@ -96,6 +103,25 @@ def test_every_capability_uses_an_agent_and_tool_of_its_pack(slug):
                     assert cap.risk == catalogue.tools[cap.tool].risk, cap.name
 
 
+@pytest.mark.parametrize(
+    ("slug", "inputs"),
+    [(slug, inputs) for slug, cases in DEMO_INPUTS.items() for inputs in cases],
+)
+def test_static_and_goal_oriented_plans_run_the_same_leaf_wherever_both_have_it(slug, inputs):
+    pack = PACKS[slug]
+    state = pack.initial_state(inputs)
+    static = {leaf.key: leaf for leaf in plan_statically(pack, state).leaves}
+    goal = {leaf.key: leaf for leaf in pack.goal_planner(state).plan(pack.goal(), state).leaves}
+    shared = static.keys() & goal.keys()
+    assert len(shared) >= 3
+    for key in shared:
+        for name in ("agent", "task", "tool", "inputs", "expected_output", "failure_policy"):
+            assert getattr(static[key], name) == getattr(goal[key], name), (key, name)
+        assert static[key].risk == goal[key].risk, key
+        if static[key].rationale:
+            assert static[key].rationale == goal[key].rationale, key
+
+
 # -- invoice ---------------------------------------------------------------------------------
 
 
@@ -148,7 +174,7 @@ def test_invoice_goal_plan_orders_leaves_like_the_static_method():
 
 def test_invoice_goal_plan_runs_on_the_demo_erp_and_holds_the_duplicate():
     plan = goal_plan(invoice.PACK, {"invoice_id": "INV-1042"})
-    erp = invoice.InMemoryErp()
+    erp = InMemoryErp()
     out = run_tools(invoice.PACK, plan, erp)
     assert out["lookup-supplier"].name == "Acme Office Supplies"
     assert out["check-duplicate"].matching_payments == ["PAY-7001", "PAY-7002"]
@@ -172,7 +198,7 @@ def test_invoice_goal_plan_without_po_check_or_hold():
     }
     assert plan.width() == 2
     assert "purchase_order" not in plan.leaf("audit-report").inputs
-    out = run_tools(invoice.PACK, plan, invoice.InMemoryErp())
+    out = run_tools(invoice.PACK, plan, InMemoryErp())
     assert out["audit-report"].recommendation == "approve"
 
 
@@ -253,7 +279,7 @@ def test_fraud_light_case_goal_plan_summarises_without_freezing():
 
 def test_fraud_goal_plan_tools_find_the_sanctioned_counterparty_and_freeze():
     plan = goal_plan(fraud.PACK, {"account_id": "ACC-300", "amount": "12500"})
-    data = fraud.InMemoryFraudData()
+    data = InMemoryFraudData()
     out = run_tools(fraud.PACK, plan, data)
     assert out["screen-sanctions"].hits == ["Oceanic Holdings Ltd"]
     assert out["detect-anomalies"].anomalous_transactions == ["TX-4", "TX-5"]
@@ -283,7 +309,7 @@ def test_outage_goal_plan_fails_over_verifies_and_notifies():
         "verify-connectivity": {"fail-over"},
         "notify-stakeholders": {"verify-connectivity"},
     }
-    infra = incident.InMemoryInfrastructure()
+    infra = InMemoryInfrastructure()
     out = run_tools(incident.PACK, plan, infra)
     assert out["fail-over"].new_primary == "db-orders-2"
     assert out["verify-connectivity"].reachable is True
@@ -298,7 +324,7 @@ def test_sev1_outage_alerts_stakeholders_while_failing_over():
     plan = goal_plan(incident.PACK, inputs)
     assert plan.ready(set()) == {"alert-stakeholders", "fail-over"}
     assert plan.width() == 2
-    infra = incident.InMemoryInfrastructure()
+    infra = InMemoryInfrastructure()
     run_tools(incident.PACK, plan, infra)
     assert [message for _, message in infra.sent] == [
         "orders-db is down; recovery under way",
@@ -328,7 +354,7 @@ def test_breach_goal_plan_announces_containment_alongside_forensics():
     assert plan.ready({"isolate-systems"}) == {"collect-logs", "announce-containment"}
     assert plan.width() == 2
     assert plan.leaf("analyse-attack-path").agent == "forensic-analyst"
-    infra = incident.InMemoryInfrastructure()
+    infra = InMemoryInfrastructure()
     out = run_tools(incident.PACK, plan, infra)
     assert out["isolate-systems"].isolated == ["web-2"]
     assert len(out["collect-logs"].entries["web-2"]) == 3
@@ -361,22 +387,22 @@ def test_other_incident_kinds_have_no_goal_plan():
 # -- DomainPack API --------------------------------------------------------------------------
 
 
-def test_packs_without_state_hooks_use_their_static_capabilities_and_goal_facts():
-    state = invoice.PACK.initial_state({"invoice_id": "INV-1044"})
-    caps = invoice.PACK.capabilities_for(state)
-    pack = dataclasses.replace(
-        invoice.PACK,
-        capabilities=caps,
-        goal_facts={"verify-invoice": frozenset({"audit_report"})},
-        capabilities_from=None,
-        goal_facts_from=None,
+def test_a_pack_without_goal_hooks_has_no_goal_oriented_plan():
+    pack = DomainPack(
+        slug="bare",
+        name="Bare invoices",
+        description="the invoice methods without goal-oriented capabilities",
+        input_schema=invoice.PACK.input_schema,
+        root_task=invoice.PACK.root_task,
+        methods=invoice.PACK.methods,
+        agents=invoice.PACK.agents,
+        tools=invoice.PACK.tools,
     )
-    assert pack.capabilities_for({"invoice_id": "INV-9999"}) == caps
-    assert pack.goal_facts_for({}) == {"verify-invoice": {"audit_report"}}
-    plan = pack.goal_planner(state).plan(pack.goal(), state)
-    validate_plan(plan, pack.catalogue())
-    assert "place-hold" not in plan.dependencies
-    assert plan.dependencies["audit-report"] >= {"check-po"}
+    state = pack.initial_state({"invoice_id": "INV-1044"})
+    assert pack.capabilities_for(state) == ()
+    assert pack.goal_facts_for(state) == {}
+    with pytest.raises(NoMethodMatched, match="no goal facts are declared"):
+        pack.goal_planner(state).plan(pack.goal(), state)
 
 
 def test_goal_planner_passes_its_search_budget_on():

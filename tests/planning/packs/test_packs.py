@@ -10,6 +10,9 @@ from planning.core.forward import ForwardDecomposition
 from planning.core.static import StaticDecomposition
 from planning.core.validation import resolve_inputs, validate_plan
 from planning.packs import PACKS, fraud, incident, invoice
+from planning.packs.fraud.data import InMemoryFraudData
+from planning.packs.incident.infrastructure import InMemoryInfrastructure
+from planning.packs.invoice.erp import InMemoryErp
 
 
 def plan_for(pack: DomainPack, inputs: dict, strategy=StaticDecomposition) -> DagPlan:
@@ -70,7 +73,7 @@ def test_invoice_forward_plan_derives_the_same_dag():
 
 def test_invoice_tools_find_the_real_duplicate_payment_and_hold_it():
     plan = plan_for(invoice.PACK, {"invoice_id": "INV-1042"})
-    erp = invoice.InMemoryErp()
+    erp = InMemoryErp()
     out = run_tools(invoice.PACK, plan, erp)
     assert out["extract-fields"].supplier_id == "SUP-1001"
     assert out["lookup-supplier"].name == "Acme Office Supplies"
@@ -84,7 +87,7 @@ def test_invoice_tools_find_the_real_duplicate_payment_and_hold_it():
 
 def test_invoice_with_wrong_total_is_flagged_without_a_duplicate():
     plan = plan_for(invoice.PACK, {"invoice_id": "INV-1043"})
-    out = run_tools(invoice.PACK, plan, invoice.InMemoryErp())
+    out = run_tools(invoice.PACK, plan, InMemoryErp())
     assert out["check-duplicate"].is_duplicate is False
     assert out["check-totals"].difference == Decimal("40.00")
     assert out["audit-report"].recommendation == "hold"
@@ -92,7 +95,7 @@ def test_invoice_with_wrong_total_is_flagged_without_a_duplicate():
 
 def test_clean_invoice_is_approved_and_no_hold_is_placed():
     plan = plan_for(invoice.PACK, {"invoice_id": "INV-1044"})
-    erp = invoice.InMemoryErp()
+    erp = InMemoryErp()
     out = run_tools(invoice.PACK, plan, erp)
     assert out["audit-report"].findings == []
     assert out["place-hold"].placed is False
@@ -101,7 +104,7 @@ def test_clean_invoice_is_approved_and_no_hold_is_placed():
 
 def test_blocked_supplier_and_missing_po_are_reported():
     plan = plan_for(invoice.PACK, {"invoice_id": "INV-1045"})
-    report = run_tools(invoice.PACK, plan, invoice.InMemoryErp())["audit-report"]
+    report = run_tools(invoice.PACK, plan, InMemoryErp())["audit-report"]
     assert any("blocked" in f for f in report.findings)
     assert any("PO-5999 not found" in f for f in report.findings)
 
@@ -129,7 +132,7 @@ def test_fraud_small_first_case_gets_the_light_investigation():
     assert [leaf.key for leaf in plan.leaves] == [
         "pull-transactions",
         "detect-anomalies",
-        "draft-findings",
+        "summarise-findings",
     ]
     assert plan.width() == 2
 
@@ -158,7 +161,7 @@ def test_fraud_large_amount_or_repeat_flags_get_the_full_investigation(inputs):
 
 def test_fraud_tools_find_the_sanctioned_counterparty_and_outliers():
     plan = plan_for(fraud.PACK, {"account_id": "ACC-300", "amount": "12500"})
-    data = fraud.InMemoryFraudData()
+    data = InMemoryFraudData()
     out = run_tools(fraud.PACK, plan, data)
     assert out["screen-sanctions"].hits == ["Oceanic Holdings Ltd"]
     assert out["detect-anomalies"].anomalous_transactions == ["TX-4", "TX-5"]
@@ -178,7 +181,7 @@ def test_database_outage_fails_over_verifies_and_notifies():
         "verify-connectivity",
         "notify-stakeholders",
     ]
-    infra = incident.InMemoryInfrastructure()
+    infra = InMemoryInfrastructure()
     assert infra.is_reachable(infra.primary("orders-db")) is False
     out = run_tools(incident.PACK, plan, infra)
     assert out["fail-over"].new_primary == "db-orders-2"
@@ -193,11 +196,11 @@ def test_security_breach_isolates_analyses_and_notifies():
         "isolate-systems",
         "collect-logs",
         "analyse-attack-path",
-        "notify-stakeholders",
+        "announce-containment",
     ]
     assert plan.dependencies["collect-logs"] == {"isolate-systems"}
-    assert plan.dependencies["notify-stakeholders"] == {"analyse-attack-path"}
-    infra = incident.InMemoryInfrastructure()
+    assert plan.dependencies["announce-containment"] == {"analyse-attack-path"}
+    infra = InMemoryInfrastructure()
     out = run_tools(incident.PACK, plan, infra)
     assert out["isolate-systems"].isolated == ["web-2"]
     assert infra.is_reachable("web-2") is False

@@ -1,0 +1,82 @@
+"""The static methods of incident response.
+
+A database outage fails over, verifies connectivity and notifies stakeholders; a security
+breach isolates the systems, runs a forensic analysis and announces the containment. Any
+other incident kind has no method on purpose, so hybrid planning asks the LLM for that
+subtree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from planning.core.static import Item, Method, MethodLibrary, TaskRef
+from planning.packs.incident import leaves
+from planning.packs.incident.inputs import DATABASE_OUTAGE, SECURITY_BREACH
+
+
+def _hosts(state: Mapping[str, Any]) -> list[str]:
+    return list(state.get("affected_hosts") or ())
+
+
+def _outage(state: Mapping[str, Any]) -> Sequence[Item]:
+    service = state["service"]
+    return [
+        replace(leaves.fail_over(service), effects={"failed_over": True}),
+        replace(
+            leaves.verify_connectivity(service),
+            reads=frozenset({"failed_over"}),
+            effects={"connectivity_verified": True},
+        ),
+        replace(leaves.notify_recovery(service), reads=frozenset({"connectivity_verified"})),
+    ]
+
+
+def _breach(state: Mapping[str, Any]) -> Sequence[Item]:
+    return [
+        replace(leaves.isolate_systems(_hosts(state)), effects={"isolated": True}),
+        TaskRef(
+            task="forensic-analysis",
+            description="establish the attack path from the affected hosts' logs",
+        ),
+        replace(
+            leaves.announce_containment(state["service"]),
+            reads=frozenset({"isolated", "forensics_done"}),
+        ),
+    ]
+
+
+def _forensics(state: Mapping[str, Any]) -> Sequence[Item]:
+    return [
+        replace(
+            leaves.collect_logs(_hosts(state)),
+            reads=frozenset({"isolated"}),
+            effects={"logs_collected": True},
+        ),
+        replace(
+            leaves.analyse_attack_path(),
+            reads=frozenset({"logs_collected"}),
+            effects={"forensics_done": True},
+        ),
+    ]
+
+
+METHODS = MethodLibrary(
+    [
+        Method(
+            name="database-outage-response",
+            task="respond-to-incident",
+            guard=lambda s: s.get("kind") == DATABASE_OUTAGE,
+            decompose=_outage,
+        ),
+        Method(
+            name="security-breach-response",
+            task="respond-to-incident",
+            guard=lambda s: s.get("kind") == SECURITY_BREACH and bool(s.get("affected_hosts")),
+            decompose=_breach,
+        ),
+        Method(name="forensics-from-logs", task="forensic-analysis", decompose=_forensics),
+    ]
+)

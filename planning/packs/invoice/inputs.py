@@ -1,0 +1,26 @@
+"""The case inputs of an invoice verification, and their check against the ERP."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from planning.packs.invoice.erp import ErpData
+from planning.packs.invoice.tools import InvoiceId
+from planning.packs.schema import PackModel
+
+
+class InvoiceCaseInput(PackModel):
+    """The case inputs of an invoice verification."""
+
+    invoice_id: InvoiceId
+    check_purchase_order: bool = True
+    hold_on_findings: bool = True
+
+
+def check_inputs(values: Mapping[str, Any], erp: ErpData) -> dict[str, list[str]]:
+    """Return the problems of the accepted case inputs against the ERP, by field."""
+    invoice_id = values.get("invoice_id")
+    if isinstance(invoice_id, str) and not erp.has_invoice(invoice_id):
+        return {"invoice_id": [f"{invoice_id} is not in the ERP."]}
+    return {}
