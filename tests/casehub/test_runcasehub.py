@@ -127,7 +127,9 @@ def test_runcasehub_serves_through_gunicorn_with_worker_and_beat_and_stops_on_si
         for key, value in os.environ.items()
         if key not in {"DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "SECRET_KEY"}
     }
-    env.update(CASEHUB_DEMO="1", CASEHUB_VAR_DIR=str(var_dir), DEBUG="0")
+    env.update(
+        CASEHUB_DEMO="1", CASEHUB_VAR_DIR=str(var_dir), DEBUG="0", CASEHUB_RECONCILE_INTERVAL_S="1"
+    )
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "manage.py", "runcasehub", f"127.0.0.1:{port}"],
@@ -163,10 +165,13 @@ def test_runcasehub_serves_through_gunicorn_with_worker_and_beat_and_stops_on_si
             assert (status, content_type.split(";")[0]) == (200, "text/css"), href
             assert css
         assert _get(f"{base}/static/casehub/no-such-file.css")[0] == 404
+        # Beat sends the reconciler on its schedule and the worker runs it.
+        ran = re.compile(r"Task planning\.reconcile_planning\[[^]]+\] succeeded")
+        deadline = time.monotonic() + 60
+        while not ran.search(log_path.read_text(errors="replace")):
+            assert time.monotonic() < deadline, log_path.read_text(errors="replace")[-4000:]
+            time.sleep(0.5)
         # Beat keeps its schedule under the var directory, not in the working directory.
-        deadline = time.monotonic() + 30
-        while not list(var_dir.glob("celerybeat-schedule*")) and time.monotonic() < deadline:
-            time.sleep(0.2)
         assert list(var_dir.glob("celerybeat-schedule*"))
         assert not list(ROOT.glob("celerybeat-schedule*"))
 
