@@ -26,7 +26,8 @@ from django.core.exceptions import (
     SuspiciousOperation,
 )
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, register_converter
+from django.urls.converters import PathConverter
 from django.utils.datastructures import MultiValueDict
 from ninja import Field, NinjaAPI, Router, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -362,12 +363,19 @@ def create_token(request: HttpRequest, credentials: TokenIn) -> Any:
 
 api.add_router("", planning_router)
 
+
+class _AnyPathConverter(PathConverter):
+    # Django's `path` converter stops at a newline, and `/api/x%0A` would get the HTML 404.
+    regex = r"[\s\S]+"
+
+
+register_converter(_AnyPathConverter, "anypath")
 _fallback = Router()
 
 
 @_fallback.api_operation(
     ["GET", "POST", "PUT", "PATCH", "DELETE"],
-    "/{path:rest}",
+    "/{anypath:rest}",
     auth=None,
     include_in_schema=False,
 )

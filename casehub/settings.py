@@ -146,6 +146,9 @@ SECURE_CSP = {
     "frame-ancestors": [CSP.NONE],
     "form-action": [CSP.SELF],
 }
+# The largest legitimate body (a case with its description and inputs) is well under 100 kB; a
+# larger one is refused before it is read (413 from the API, 400 elsewhere). Files are not counted.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"

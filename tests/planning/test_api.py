@@ -200,7 +200,7 @@ def test_a_session_login_is_not_enough_for_the_api() -> None:
 
 def test_unknown_api_paths_and_wrong_methods_answer_in_json() -> None:
     client = _client(personas.analyst())
-    for url in ("/api/nothing-here", "/api/", "/api/cases/abc"):
+    for url in ("/api/nothing-here", "/api/", "/api/cases/abc", "/api/cases/a%0Ab", "/api/x%0A"):
         missing = client.get(url)
         assert missing.status_code == 404, url
         assert "message" in missing.json()
