@@ -24,10 +24,11 @@ from planning.catalogue import (
     DatabaseDecompositionCache,
     all_tool_specs,
     current_catalogue,
+    data_port,
     enabled_pack,
 )
 from planning.core.dag import DagPlan
-from planning.core.errors import PlanningError, flatten_errors
+from planning.core.errors import PlanningError
 from planning.core.llm.client import LlmCallRecord
 from planning.core.serialize import canonical_json
 from planning.core.validation import PlanLimits, validate_plan
@@ -68,13 +69,14 @@ def _validated_inputs(
     if pack is None:
         errors.setdefault("domain", []).append(f"Unknown or disabled domain {domain!r}.")
         return dict(inputs)
-    try:
-        model = pack.input_schema.model_validate(dict(inputs))
-    except pydantic.ValidationError as exc:
-        for path, messages in flatten_errors(exc.errors(), "inputs").items():
+    # The schema's problems and those against the pack's data (an invoice the ERP does not
+    # hold), all at once.
+    problems = pack.check_inputs(inputs, data_port(pack))
+    if problems:
+        for path, messages in problems.items():
             errors.setdefault(path, []).extend(messages)
         return dict(inputs)
-    return model.model_dump(mode="json")
+    return pack.initial_state(inputs)
 
 
 @transaction.atomic

@@ -38,6 +38,23 @@ def _fast_password_hashing(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _demo_erp_in_the_test_database() -> None:
+    # Invoice cases are checked against the ERP at submission. Load the demo ERP wherever the
+    # packs are registered: after the test database is migrated and after every flush.
+    from django.apps import apps
+    from django.db.models.signals import post_migrate
+
+    from planning.catalogue import load_demo_erp
+
+    post_migrate.connect(
+        lambda **kwargs: load_demo_erp(),
+        sender=apps.get_app_config("planning"),
+        weak=False,
+        dispatch_uid="tests-demo-erp",
+    )
+
+
 # Personas ---------------------------------------------------------------------------------------
 
 
