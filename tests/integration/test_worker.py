@@ -30,3 +30,16 @@ def test_health_turns_ok_once_the_worker_beats(worker_process) -> None:
     response = Client().get("/health")
     assert response.status_code == 200, response.content
     assert response.json()["worker"]["alive"] >= 1
+
+
+def test_a_worker_stopped_cleanly_takes_its_heartbeat_and_health_degrades(worker_process) -> None:
+    deadline = time.monotonic() + 20
+    while not WorkerHeartbeat.objects.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert WorkerHeartbeat.objects.filter(pid=worker_process.process.pid).exists()
+    worker_process.stop()
+    assert worker_process.process.returncode == 0, worker_process.log()[-4000:]
+    assert not WorkerHeartbeat.objects.exists()
+    response = Client().get("/health")
+    assert response.status_code == 503
+    assert response.json()["worker"] == {"ok": False, "alive": 0, "workers": []}
