@@ -95,9 +95,11 @@ def _check_shape(data: Any) -> None:
 
 
 def _body_fields(problems: Mapping[str, list[str]]) -> dict[str, list[str]]:
-    # rules.json_problems paths start at the root name given to it ("body").
-    return {path.removeprefix("body.") if path != "body" else "__all__": messages
-            for path, messages in problems.items()}  # fmt: skip
+    # rules.json_problems paths start at the root name given to it: "body", "body.inputs.a".
+    return {
+        "__all__" if path == "body" else path.removeprefix("body."): messages
+        for path, messages in problems.items()
+    }
 
 
 class StrictJsonParser(Parser):
@@ -122,7 +124,7 @@ class StrictJsonParser(Parser):
         problems = rules.json_problems(data, "body", bounded=False)
         if problems:
             raise InputRejected(422, "The request is not valid.", _body_fields(problems))
-        return data  # type: ignore[no-any-return]
+        return data
 
     def parse_querydict(
         self, data: MultiValueDict[str, str], list_fields: list[str], request: HttpRequest
@@ -149,7 +151,7 @@ class BearerToken(HttpBearer):
         user = actions.user_for_token(token)
         if user is None or not user.is_active:
             return None
-        request.user = user
+        request.user = user  # type: ignore[assignment]  # the project's user model
         return user
 
 
@@ -165,6 +167,8 @@ def _api_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
             response = view(request, *args, **kwargs)
         except Http404 as exc:  # raised outside an operation, e.g. by ninja's root view
             return _error(str(exc) or "Not found.", 404)
+        except Exception as exc:  # outside an operation too: the docs, the OpenAPI document
+            return _on_unexpected(request, exc)
         if isinstance(response, HttpResponseNotAllowed):
             allowed = response["Allow"]
             response = JsonResponse(
@@ -207,9 +211,10 @@ class CaseHubApi(NinjaAPI):
         """Return the OpenAPI document with every operation's shared refusals added."""
         schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (Message, ValidationMessage, ServerError):
+        for shared in (Message, ValidationMessage, ServerError):
             components.setdefault(
-                model.__name__, model.model_json_schema(ref_template="#/components/schemas/{model}")
+                shared.__name__,
+                shared.model_json_schema(ref_template="#/components/schemas/{model}"),
             )
         for item in schema["paths"].values():
             for operation in item.values():

@@ -59,7 +59,7 @@ class Page(LimitOffsetPagination):
 
 def request_user(request: HttpRequest) -> AbstractBaseUser:
     """Return the user the API authenticated the request as."""
-    return request.auth  # type: ignore[attr-defined,no-any-return]
+    return request.auth  # type: ignore[attr-defined]
 
 
 router = Router()

@@ -410,3 +410,20 @@ def test_every_operation_documents_its_refusals() -> None:
     assert case_in["additionalProperties"] is False
     assert case_in["properties"]["max_depth"]["maximum"] == rules.MAX_DEPTH_LIMIT
     assert case_in["properties"]["title"]["maxLength"] == rules.TITLE_MAX_LENGTH
+
+
+@pytest.mark.scenario("W9")
+def test_an_error_outside_an_operation_is_a_json_500_with_an_error_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from casehub.api import api
+
+    def broken(**kwargs: Any) -> Any:
+        raise RuntimeError("secret detail")
+
+    monkeypatch.setattr(api, "get_openapi_schema", broken)
+    response = Client().get("/api/openapi.json")
+    assert response.status_code == 500
+    body = response.json()
+    assert set(body) == {"message", "error_id"}
+    assert "secret detail" not in response.content.decode()
