@@ -100,13 +100,6 @@ class Catalogue:
             tool_map[tool.name] = tool
         return cls(MappingProxyType(agent_map), MappingProxyType(tool_map))
 
-    def merged(self, other: Catalogue) -> Catalogue:
-        """Return a catalogue with both catalogues' entries (`other` wins on clashes)."""
-        return Catalogue(
-            MappingProxyType({**self.agents, **other.agents}),
-            MappingProxyType({**self.tools, **other.tools}),
-        )
-
 
 def _has_problem(problems: Mapping[str, object], path: str) -> bool:
     return any(p == path or p.startswith(f"{path}.") for p in problems)

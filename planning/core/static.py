@@ -138,20 +138,12 @@ class MethodLibrary:
         """Return the methods for `task` in the order they are tried (empty when none)."""
         return self._by_task.get(task, ())
 
-    def tasks(self) -> frozenset[str]:
-        """Return every task name with at least one method."""
-        return frozenset(self._by_task)
-
     def __contains__(self, task: object) -> bool:
         return task in self._by_task
 
     def __iter__(self) -> Iterator[Method]:
         for methods in self._by_task.values():
             yield from methods
-
-    def merged(self, other: MethodLibrary) -> MethodLibrary:
-        """Return a library holding this library's methods followed by `other`'s."""
-        return MethodLibrary([*self, *other])
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,10 +298,6 @@ class StaticDecomposition:
             else:
                 children.append(stamp(item, provenance))
         return method, tuple(children)
-
-    def expand(self, task: str, state: Mapping[str, Any], depth: int) -> tuple[Node, ...]:
-        """Return the children of `task` at `depth` (one level only); raise `NoMethodMatched`."""
-        return self.expand_with_method(task, state, depth)[1]
 
     def _fill(
         self, node: Node, state: Mapping[str, Any], taken: frozenset[str], scope: KeyScope

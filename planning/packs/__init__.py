@@ -1,4 +1,9 @@
-"""Domain method packs: invoice verification, fraud investigation, incident response."""
+"""Domain method packs: invoice verification, fraud investigation, incident response.
+
+Each pack is a package: its data port (`erp`, `data`, `infrastructure`), its tools, its case
+inputs and their check against its data, its leaves (each written once), the static methods
+and the goal-oriented capabilities built from them, and `PACK`, which puts them together.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,6 @@ from types import MappingProxyType
 from planning.core.catalogue import DomainPack
 from planning.packs import fraud, incident, invoice
 
-
-def all_packs() -> Mapping[str, DomainPack]:
-    """Return every built-in pack by slug."""
-    return MappingProxyType({p.slug: p for p in (invoice.PACK, fraud.PACK, incident.PACK)})
-
-
-PACKS: Mapping[str, DomainPack] = all_packs()
+PACKS: Mapping[str, DomainPack] = MappingProxyType(
+    {pack.slug: pack for pack in (invoice.PACK, fraud.PACK, incident.PACK)}
+)

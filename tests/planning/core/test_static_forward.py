@@ -240,7 +240,8 @@ def test_no_method_within_budget_says_so():
 
 
 def test_expand_is_one_level_and_leaves_subtasks_as_placeholders():
-    children = StaticDecomposition(library()).expand("handle", {}, 1)
+    method, children = StaticDecomposition(library()).expand_with_method("handle", {}, 1)
+    assert method.name == "handle-case"
     assert [c.key for c in children] == ["fetch", "analyse"]
     placeholder = children[1]
     assert isinstance(placeholder, Compound)
