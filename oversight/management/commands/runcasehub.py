@@ -173,6 +173,10 @@ class Command(BaseCommand):
         concurrency: int,
         **options: Any,
     ) -> None:
+        """Migrate, seed the demo, then supervise the services until stopped.
+
+        Raises CommandError for a malformed address or when a service exits by itself.
+        """
         host, port = _parse_addrport(addrport)
         call_command("migrate", interactive=False, verbosity=0)
         self.stdout.write("Database migrated.")
