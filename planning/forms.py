@@ -207,13 +207,13 @@ class CaseForm(forms.Form):
         self.has_provider = has_provider
         self.fields["domain"].choices = [*domains, ("", NO_DOMAIN_LABEL)]  # type: ignore[attr-defined]
         if not has_provider:
-            self.fields["domain"].widget.disabled_reasons = {  # type: ignore[attr-defined]
+            self.fields["domain"].widget.disabled_reasons = {
                 "": "needs an LLM provider, and this server has none configured"
             }
         self.unavailable = unavailable_strategies(
             has_domain=bool(domain), has_provider=has_provider
         )
-        self.fields["strategy"].widget.disabled_reasons = self.unavailable  # type: ignore[attr-defined]
+        self.fields["strategy"].widget.disabled_reasons = self.unavailable
         self.input_names: list[str] = []
         if schema is not None:
             for name, field in schema_fields(schema).items():
@@ -261,7 +261,8 @@ class CaseForm(forms.Form):
         return value
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         strategy = data.get("strategy")
         if strategy in self.unavailable:
             label = Strategy(strategy).label

@@ -25,6 +25,8 @@ from planning.planner import DEFAULT_BRANCHING, expected_llm_calls, llm_settings
 from planning.queries import case_for, plan_nodes, visible_cases
 
 CASES_PER_PAGE = 25
+# Where a case can be today: plans stop at awaiting approval (review and execution are coming).
+STATUSES_TODAY = (CaseStatus.PLANNING, CaseStatus.PLAN_FAILED, CaseStatus.AWAITING_APPROVAL)
 POLL_INTERVAL = "every 2s"
 # Form values a GET may carry into the form (the htmx refresh sends only the planning options
 # and the pack inputs; a shared link may carry the rest). Never the CSRF token.
@@ -42,7 +44,7 @@ def llm_estimate(form: CaseForm) -> str:
         return f"{label} is not available here: it {form.unavailable[strategy]}."
     low, high = rules.MIN_DEPTH, rules.MAX_DEPTH_LIMIT
     try:
-        depth = int(form["max_depth"].value())  # type: ignore[arg-type]
+        depth = int(form["max_depth"].value())
     except (TypeError, ValueError):
         depth = 0
     if not low <= depth <= high:
@@ -208,7 +210,7 @@ def case_list(request: HtmxHttpRequest) -> HttpResponse:
     elif domain:
         cases = cases.filter(domain=domain)
     if mine:
-        cases = cases.filter(submitter=request.user)
+        cases = cases.filter(submitter_id=request.user.pk)
     page = Paginator(cases, CASES_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -218,7 +220,9 @@ def case_list(request: HtmxHttpRequest) -> HttpResponse:
         "domain": domain,
         "mine": mine,
         "sees_all": sees_all,
-        "statuses": CaseStatus.values,
+        "statuses": [
+            (value, label, value not in STATUSES_TODAY) for value, label in CaseStatus.choices
+        ],
         "domains": [(slug, name) for slug, name, _ in _packs()],
         "query": query.urlencode(),
         "can_submit": rules.can_submit_cases(request.user),
@@ -265,7 +269,7 @@ def _case_context(request: HtmxHttpRequest, case: Case) -> dict[str, object]:
     for node in nodes:
         node.url = url_for(node)  # type: ignore[attr-defined]
     by_key = {node.key: node for node in nodes}
-    parents = {node.pk: node for node in nodes if not node.is_leaf}
+    parents: dict[int | None, PlanNode] = {node.pk: node for node in nodes if not node.is_leaf}
     rows = [
         {
             "node": leaf,

@@ -880,3 +880,41 @@ def test_analyst_cannot_widen_the_list_with_filters(analyst: Any, other_case: Ca
     body = client_for(analyst).get(reverse("planning:case-list"), {"mine": "0"}).content.decode()
     assert other_case.title not in body
     assert 'name="mine"' not in body
+
+
+def test_case_list_says_plans_stop_at_awaiting_approval_for_now(analyst: Any) -> None:
+    form = read_form(client_for(analyst).get(reverse("planning:case-list")).content.decode())
+    offered = {o["value"]: o for o in form.options["status"]}
+    for today in ("planning", "plan_failed", "awaiting_approval"):
+        assert not offered[today]["disabled"]
+    for later in ("approved", "executing", "completed", "failed", "cancelled", "rejected"):
+        assert offered[later]["disabled"] and "(coming)" in offered[later]["label"]
+
+
+def test_step_page_query_count_is_constant_up_to_500_leaves(
+    officer: Any, analyst: Any, django_assert_num_queries: Any
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    small = make_case(analyst)
+    make_plan(small, leaves=3, groups=1)
+    big = make_case(analyst)
+    make_plan(big, leaves=500, groups=20)
+    client = client_for(officer)
+
+    def step_url(case: Case, key: str) -> str:
+        node = PlanNode.objects.filter(version=case.current_version, key=key).get()
+        assert node.depends_on  # its dependencies are looked up too
+        return reverse("planning:node-detail", args=[case.pk, node.pk])
+
+    small_url = step_url(small, "step-2")
+    client.get(small_url)  # warm the session
+    with CaptureQueriesContext(connection) as few:
+        client.get(small_url)
+    big_url = step_url(big, "step-22")
+    with django_assert_num_queries(len(few.captured_queries)):
+        response = client.get(big_url)
+    page = response.content.decode()
+    assert page.count('<tr data-key="step-') == 500 and 'data-node="step-22"' in page
+    assert len(few.captured_queries) <= 10
