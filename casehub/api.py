@@ -18,7 +18,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import authenticate
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import (
     BadRequest,
     PermissionDenied,
@@ -146,12 +146,12 @@ class StrictJsonParser(Parser):
 class BearerToken(HttpBearer):
     """Authenticate a request by its API token; ninja answers 401 when this returns None."""
 
-    def authenticate(self, request: HttpRequest, token: str) -> AbstractBaseUser | None:
+    def authenticate(self, request: HttpRequest, token: str) -> User | None:
         """Return the token's active user, or None for an unknown token or inactive user."""
         user = actions.user_for_token(token)
         if user is None or not user.is_active:
             return None
-        request.user = user  # type: ignore[assignment]  # the project's user model
+        request.user = user
         return user
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pydantic
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -82,7 +82,7 @@ def _validated_inputs(
 @transaction.atomic
 def submit_case(
     *,
-    submitter: AbstractBaseUser,
+    submitter: User,
     title: str,
     goal: str,
     description: str = "",
@@ -415,7 +415,7 @@ def _token_hash(raw: str) -> str:
 
 
 @transaction.atomic
-def issue_api_token(user: AbstractBaseUser) -> str:
+def issue_api_token(user: User) -> str:
     """Create a bearer token for the user and return it; only its hash is stored."""
     raw = secrets.token_urlsafe(32)
     token = ApiToken.objects.create(user=user, key_hash=_token_hash(raw))
@@ -423,7 +423,7 @@ def issue_api_token(user: AbstractBaseUser) -> str:
     return raw
 
 
-def user_for_token(raw: str) -> AbstractBaseUser | None:
+def user_for_token(raw: str) -> User | None:
     """Return the active user a bearer token belongs to, or None for an unknown token."""
     if not raw:
         return None

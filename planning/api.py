@@ -11,7 +11,7 @@ that the NinjaAPI and oversight's router import them without an import running b
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from ninja.pagination import LimitOffsetPagination, paginate
@@ -57,7 +57,7 @@ class Page(LimitOffsetPagination):
         super().__init__(max_limit=PAGE_MAX_LIMIT, **kwargs)
 
 
-def request_user(request: HttpRequest) -> AbstractBaseUser:
+def request_user(request: HttpRequest) -> User:
     """Return the user the API authenticated the request as."""
     return request.auth  # type: ignore[attr-defined]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 from django.http import Http404
 
@@ -10,17 +10,17 @@ from planning.models import Case, PlanNode
 from planning.rules import can_submit_cases, can_view_all_cases
 
 
-def visible_cases(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Case]:
+def visible_cases(user: User | AnonymousUser) -> QuerySet[Case]:
     """Return the cases the user may read: all for officers and auditors, own for analysts."""
     cases = Case.objects.select_related("submitter", "current_version")
     if can_view_all_cases(user):
         return cases
     if can_submit_cases(user):
-        return cases.filter(submitter=user)
+        return cases.filter(submitter_id=user.pk)
     return cases.none()
 
 
-def case_for(user: AbstractBaseUser | AnonymousUser, case_id: int) -> Case:
+def case_for(user: User | AnonymousUser, case_id: int) -> Case:
     """Return one visible case; raise Http404 when it does not exist or is not the user's to see."""
     try:
         return visible_cases(user).get(pk=case_id)

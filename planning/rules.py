@@ -10,7 +10,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser
+from django.contrib.auth.models import User as AccountUser
 from django.core.exceptions import PermissionDenied
 
 # -- field limits ---------------------------------------------------------------------------
@@ -38,11 +39,12 @@ CONFIGURE = "oversight.configure"
 # Permissions that make a user one of the product's roles; anybody else reads nothing.
 ROLE_PERMISSIONS = (SUBMIT_CASE, VIEW_ALL_CASES, VIEW_AUDIT, CONFIGURE)
 
-User = AbstractBaseUser | AnonymousUser
+# CaseHub uses Django's default user model (AUTH_USER_MODEL is not swapped).
+type User = AccountUser | AnonymousUser
 
 
 def _has(user: User, perm: str) -> bool:
-    return bool(user.is_authenticated and user.has_perm(perm))  # type: ignore[union-attr]
+    return bool(user.is_authenticated and user.has_perm(perm))
 
 
 def can_submit_cases(user: User) -> bool:
