@@ -41,7 +41,7 @@ from planning.models import (
     PlanVersion,
     Strategy,
 )
-from planning.planner import CallLog, PlanningUnavailable, build_request
+from planning.planner import CallLog, PlanningUnavailable, build_request, llm_settings
 from planning.versions import store_version, with_tool_risks
 
 logger = logging.getLogger(__name__)
@@ -119,6 +119,10 @@ def submit_case(
         errors["strategy"] = [f"Choose one of {', '.join(Strategy.values)}."]
     elif strategy in PACK_STRATEGIES and not domain:
         errors["domain"] = [f"The {strategy} strategy plans with a domain pack: choose one."]
+    elif reason := rules.unavailable_strategies(
+        has_domain=bool(domain), has_provider=llm_settings().is_configured
+    ).get(strategy):
+        errors["strategy"] = [f"The {strategy} strategy {reason}."]
     if not isinstance(max_depth, int) or isinstance(max_depth, bool):
         errors["max_depth"] = ["Must be a whole number."]
     elif not rules.MIN_DEPTH <= max_depth <= rules.MAX_DEPTH_LIMIT:

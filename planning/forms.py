@@ -10,26 +10,14 @@ from django import forms
 from pydantic import BaseModel
 
 from planning import rules
-from planning.models import PACK_STRATEGIES, Strategy
+from planning.models import Strategy
+from planning.rules import unavailable_strategies
 
 INPUT_PREFIX = "input_"
 # A hidden field naming the domain whose inputs the form carried: an unchecked box of that
 # domain then means False, not "use the default" (browsers send nothing for it).
 INPUTS_OF = "inputs_of"
 NO_DOMAIN_LABEL = "none: plan from goal and description"
-
-
-def unavailable_strategies(*, has_domain: bool, has_provider: bool) -> dict[str, str]:
-    """Return the strategies that cannot run for this choice, each with the reason in words."""
-    reasons: dict[str, str] = {}
-    for strategy in Strategy:
-        if strategy in PACK_STRATEGIES and not has_domain:
-            reasons[strategy] = "needs a domain pack"
-        elif strategy == Strategy.LLM and not has_provider:
-            reasons[strategy] = "needs an LLM provider, and this server has none configured"
-        elif strategy == Strategy.HYBRID and not (has_provider or has_domain):
-            reasons[strategy] = "needs a domain pack or an LLM provider (this server has none)"
-    return reasons
 
 
 def input_field_name(name: str) -> str:

@@ -14,6 +14,8 @@ from django.contrib.auth.models import AnonymousUser
 from django.contrib.auth.models import User as AccountUser
 from django.core.exceptions import PermissionDenied
 
+from planning.models import PACK_STRATEGIES, Strategy
+
 # -- field limits ---------------------------------------------------------------------------
 
 TITLE_MAX_LENGTH = 200
@@ -83,6 +85,22 @@ def require_role(user: User) -> None:
     """Raise PermissionDenied unless the user holds a CaseHub role."""
     if not has_role(user):
         raise PermissionDenied("Your account has no CaseHub role.")
+
+
+# -- strategies -----------------------------------------------------------------------------
+
+
+def unavailable_strategies(*, has_domain: bool, has_provider: bool) -> dict[str, str]:
+    """Return the strategies that cannot run for this choice, each with the reason in words."""
+    reasons: dict[str, str] = {}
+    for strategy in Strategy:
+        if strategy in PACK_STRATEGIES and not has_domain:
+            reasons[strategy] = "needs a domain pack"
+        elif strategy == Strategy.LLM and not has_provider:
+            reasons[strategy] = "needs an LLM provider, and this server has none configured"
+        elif strategy == Strategy.HYBRID and not (has_provider or has_domain):
+            reasons[strategy] = "needs a domain pack or an LLM provider (this server has none)"
+    return reasons
 
 
 # -- text and JSON values -------------------------------------------------------------------

@@ -183,9 +183,15 @@ def worker_process(transactional_db: None) -> Iterator[WorkerProcess]:
 @pytest.fixture
 def llm_worker_process(
     transactional_db: None,
+    settings: Any,
     fake_openai: FakeOpenAIServer,  # noqa: F811 (the fixture imported above)
 ) -> Iterator[WorkerProcess]:
-    """Start a real worker whose LLM provider is the test's fake OpenAI server."""
+    """Start a real worker whose LLM provider is the test's fake OpenAI server.
+
+    The test process sees the same provider, so that LLM cases may be submitted.
+    """
+    for name, value in fake_openai.env().items():
+        setattr(settings, name, value)
     worker = running_worker(fake_openai.env())
     try:
         yield worker

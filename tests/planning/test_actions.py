@@ -143,11 +143,24 @@ def test_forward_and_goal_oriented_plans_of_the_same_case_are_stored_too(strateg
 
 
 @override_settings(OPENAI_BASE_URL="", OPENAI_API_KEY="")
-def test_llm_planning_without_a_provider_fails_telling_the_admin_what_to_set() -> None:
-    case = _submit(
-        personas.analyst(), domain="", inputs={}, strategy="llm", goal="Investigate fraud"
-    )
-    assert materialise_plan(case.pk).outcome == Outcome.FAILED
+def test_llm_cases_are_refused_at_submission_while_no_provider_is_configured() -> None:
+    with pytest.raises(CaseInvalid) as caught:
+        _submit(personas.analyst(), domain="", inputs={}, strategy="llm", goal="Investigate")
+    assert caught.value.errors["strategy"] == [
+        "The llm strategy needs an LLM provider, and this server has none configured."
+    ]
+    assert not Case.objects.exists()
+
+
+def test_llm_planning_whose_provider_went_away_fails_telling_the_admin_what_to_set(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    with _llm(fake_openai):
+        case = _submit(
+            personas.analyst(), domain="", inputs={}, strategy="llm", goal="Investigate fraud"
+        )
+    with override_settings(OPENAI_BASE_URL="", OPENAI_API_KEY=""):
+        assert materialise_plan(case.pk).outcome == Outcome.FAILED
     case.refresh_from_db()
     assert case.status == CaseStatus.PLAN_FAILED
     assert "OPENAI_BASE_URL" in case.error and "OPENAI_API_KEY" in case.error
@@ -168,15 +181,15 @@ def test_hybrid_without_a_provider_still_plans_what_static_methods_cover() -> No
 
 def test_llm_plan_at_depth_two_records_and_audits_every_call(fake_openai: FakeOpenAIServer) -> None:
     fake_openai.responder = fraud_plan_responder
-    case = _submit(
-        personas.analyst(),
-        domain="",
-        inputs={},
-        strategy="llm",
-        goal="investigate-fraud",
-        max_depth=2,
-    )
     with _llm(fake_openai):
+        case = _submit(
+            personas.analyst(),
+            domain="",
+            inputs={},
+            strategy="llm",
+            goal="investigate-fraud",
+            max_depth=2,
+        )
         version = materialise_plan(case.pk).version
     assert version is not None
     assert version.llm_calls == 2
@@ -186,8 +199,8 @@ def test_llm_plan_at_depth_two_records_and_audits_every_call(fake_openai: FakeOp
         .values_list("key", "agent")
     )
     assert [agent for _, agent in leaves] == [
-        "transaction-monitor",
-        "sanctions-screener",
+        "fraud-analyst",
+        "investigator",
         "fraud-analyst",
         "legal-counsel",
     ]
@@ -238,13 +251,13 @@ def test_hybrid_asks_the_llm_only_for_an_unknown_incident(fake_openai: FakeOpenA
     agents = set(
         PlanNode.objects.filter(version=version, kind="leaf").values_list("agent", flat=True)
     )
-    assert agents == {"incident-commander", "comms-officer"}
+    assert agents == {"incident-commander", "forensic-analyst"}
 
 
 def test_a_failing_llm_leaves_plan_failed_and_no_plan_rows(fake_openai: FakeOpenAIServer) -> None:
     fake_openai.responder = lambda request: FakeReply(status=500, should_retry=False)
-    case = _submit(personas.analyst(), domain="", inputs={}, strategy="llm", goal="investigate")
     with _llm(fake_openai):
+        case = _submit(personas.analyst(), domain="", inputs={}, strategy="llm", goal="investigate")
         assert materialise_plan(case.pk).outcome == Outcome.FAILED
     case.refresh_from_db()
     assert case.status == CaseStatus.PLAN_FAILED
@@ -257,8 +270,8 @@ def test_a_failing_llm_leaves_plan_failed_and_no_plan_rows(fake_openai: FakeOpen
 
 def test_exceeding_the_call_budget_fails_cleanly(fake_openai: FakeOpenAIServer) -> None:
     fake_openai.responder = fraud_plan_responder
-    case = _submit(personas.analyst(), domain="", inputs={}, strategy="llm", goal="investigate")
     with _llm(fake_openai), override_settings(CASEHUB_LLM_MAX_CALLS=1):
+        case = _submit(personas.analyst(), domain="", inputs={}, strategy="llm", goal="investigate")
         assert materialise_plan(case.pk).outcome == Outcome.FAILED
     case.refresh_from_db()
     assert case.status == CaseStatus.PLAN_FAILED

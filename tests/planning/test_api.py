@@ -293,8 +293,9 @@ def test_an_analyst_submits_a_case_and_its_planning_is_enqueued_not_run(
 
 
 def test_a_case_without_a_domain_is_accepted_for_llm_planning(
-    django_capture_on_commit_callbacks: Any,
+    django_capture_on_commit_callbacks: Any, settings: Any
 ) -> None:
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"  # configured; nothing is planned here
     client = _client(personas.analyst())
     body = {"title": "Outage", "goal": "Find why checkout is slow", "strategy": "hybrid"}
     with django_capture_on_commit_callbacks(execute=False):
