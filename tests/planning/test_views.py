@@ -489,7 +489,7 @@ def test_invalid_submission_keeps_the_input_and_shows_errors_next_to_the_fields(
         },
     )  # fmt: skip
     page = response.content.decode()
-    invoice_field = page.split('data-field="input_invoice_id"', 1)[1].split("</div>", 1)[0]
+    invoice_field = page.split('data-field="input_invoice_id"', 1)[1].split("data-field=", 1)[0]
     assert 'class="errorlist" id="id_input_invoice_id_error"' in invoice_field
     assert 'value="INV-12"' in page
     assert not Case.objects.exists()
@@ -582,8 +582,8 @@ def test_case_page_shows_the_pack_inputs_as_a_definition_list(analyst: Any, pack
     case = make_case(analyst, inputs={"invoice_id": "INV-<1042>", "check_purchase_order": False})
     page = client_for(analyst).get(reverse("planning:case-detail", args=[case.pk])).content.decode()
     inputs = page.split('class="inputs-list"', 1)[1].split("</dl>", 1)[0]
-    assert "<dt>Invoice Id</dt><dd>INV-&lt;1042&gt;</dd>" in inputs
-    assert "<dt>Check Purchase Order</dt><dd>no</dd>" in inputs
+    assert "<dt>Invoice number</dt><dd>INV-&lt;1042&gt;</dd>" in inputs
+    assert "<dt>Check the purchase order</dt><dd>no</dd>" in inputs
 
 
 def test_case_page_shows_domain_less_inputs_as_json(analyst: Any) -> None:

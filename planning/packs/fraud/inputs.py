@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -16,10 +16,14 @@ from planning.packs.schema import PackModel
 class FraudCaseInput(PackModel):
     """The case inputs of a fraud investigation."""
 
-    account_id: AccountId
-    amount: Decimal = Field(ge=0, description="amount in question")
-    prior_flags: int = Field(default=0, ge=0)
-    customer_reported: bool = False
+    account_id: Annotated[
+        AccountId, Field(title="Account", description="The account to investigate.")
+    ]
+    amount: Decimal = Field(ge=0, title="Amount", description="The amount in question.")
+    prior_flags: int = Field(
+        default=0, ge=0, title="Prior flags", description="Earlier fraud flags on the account."
+    )
+    customer_reported: bool = Field(default=False, title="Reported by the customer")
 
 
 def check_inputs(values: Mapping[str, Any], data: FraudData) -> dict[str, list[str]]:

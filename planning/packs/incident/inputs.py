@@ -17,10 +17,14 @@ SECURITY_BREACH = "security-breach"
 class IncidentCaseInput(PackModel):
     """The case inputs of an incident."""
 
-    kind: str = Field(min_length=1, description=f"e.g. {DATABASE_OUTAGE}, {SECURITY_BREACH}")
-    service: str = Field(min_length=1)
-    severity: Literal["sev1", "sev2", "sev3"] = "sev2"
-    affected_hosts: list[str] = Field(default_factory=list)
+    kind: str = Field(
+        min_length=1,
+        title="Kind of incident",
+        description=f"e.g. {DATABASE_OUTAGE} or {SECURITY_BREACH}; other kinds need the LLM.",
+    )
+    service: str = Field(min_length=1, title="Service", description="The affected service.")
+    severity: Literal["sev1", "sev2", "sev3"] = Field(default="sev2", title="Severity")
+    affected_hosts: list[str] = Field(default_factory=list, title="Affected hosts")
 
 
 def check_inputs(values: Mapping[str, Any], infra: Infrastructure) -> dict[str, list[str]]:

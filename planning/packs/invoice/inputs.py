@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from planning.packs.invoice.erp import ErpData
 from planning.packs.invoice.tools import InvoiceId
@@ -13,9 +15,19 @@ from planning.packs.schema import PackModel
 class InvoiceCaseInput(PackModel):
     """The case inputs of an invoice verification."""
 
-    invoice_id: InvoiceId
-    check_purchase_order: bool = True
-    hold_on_findings: bool = True
+    invoice_id: Annotated[
+        InvoiceId, Field(title="Invoice number", description="The ERP's invoice number.")
+    ]
+    check_purchase_order: bool = Field(
+        default=True,
+        title="Check the purchase order",
+        description="Compare the invoice with its purchase order.",
+    )
+    hold_on_findings: bool = Field(
+        default=True,
+        title="Propose a payment hold on findings",
+        description="Add a payment-hold step (a financial write) when a check finds a problem.",
+    )
 
 
 def check_inputs(values: Mapping[str, Any], erp: ErpData) -> dict[str, list[str]]:

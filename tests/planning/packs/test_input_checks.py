@@ -211,6 +211,6 @@ def test_the_form_shows_the_problem_next_to_the_invoice_field(erp: None) -> None
     )  # fmt: skip
     assert response.status_code == 422
     page = response.content.decode()
-    field = page.split('data-field="input_invoice_id"', 1)[1].split("</div>", 1)[0]
+    field = page.split('data-field="input_invoice_id"', 1)[1].split("data-field=", 1)[0]
     assert "INV-9999 is not in the ERP." in field
     assert not Case.objects.exists()
