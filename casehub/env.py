@@ -35,15 +35,27 @@ def env_bool(name: str, default: bool = False, environ: Mapping[str, str] = os.e
     raise ConfigError(f"{name} must be one of 1/0/true/false/yes/no/on/off, not {raw!r}")
 
 
-def env_int(name: str, default: int, environ: Mapping[str, str] = os.environ) -> int:
-    """Return the variable as an integer; raises ConfigError when it is not one."""
+def env_int(
+    name: str,
+    default: int,
+    environ: Mapping[str, str] = os.environ,
+    *,
+    minimum: int | None = None,
+) -> int:
+    """Return the variable as an integer.
+
+    Raises ConfigError when it is not one, or is below `minimum`.
+    """
     raw = environ.get(name, "").strip()
     if not raw:
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise ConfigError(f"{name} must be an integer, not {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, not {value}")
+    return value
 
 
 def env_list(name: str, default: list[str], environ: Mapping[str, str] = os.environ) -> list[str]:

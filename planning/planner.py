@@ -19,7 +19,7 @@ from planning.core.llm.decomposition import LlmBudgets, LlmDecomposition, expect
 from planning.core.static import MethodLibrary, StaticDecomposition
 from planning.core.strategy import Strategy as CoreStrategy
 from planning.core.tree import Goal
-from planning.models import Case, Strategy
+from planning.models import Agent, Case, Strategy
 from planning.models import DomainPack as DomainPackRow
 from planning.packs import PACKS
 
@@ -30,15 +30,22 @@ class PlanningUnavailable(Exception):
     """The case cannot be planned as configured (a missing pack, agent or provider)."""
 
 
-def llm_settings() -> LlmSettings:
-    """Return the LLM provider settings (env vars OPENAI_API_KEY, OPENAI_BASE_URL, model)."""
-    return LlmSettings(
-        api_key=settings.OPENAI_API_KEY or None,
-        base_url=settings.OPENAI_BASE_URL or None,
-        model=settings.CASEHUB_LLM_MODEL,
-        timeout_s=settings.CASEHUB_LLM_TIMEOUT_S,
-        max_retries=settings.CASEHUB_LLM_MAX_RETRIES,
-    )
+def llm_settings(model: str = "") -> LlmSettings:
+    """Return the LLM provider settings from the Django settings; `model` overrides the default.
+
+    Raises PlanningUnavailable when a setting is out of range.
+    """
+    try:
+        return LlmSettings(
+            api_key=settings.OPENAI_API_KEY or None,
+            base_url=settings.OPENAI_BASE_URL or None,
+            model=model.strip() or settings.CASEHUB_LLM_MODEL,
+            timeout_s=float(settings.CASEHUB_LLM_TIMEOUT_S),
+            max_retries=settings.CASEHUB_LLM_MAX_RETRIES,
+            max_concurrency=settings.CASEHUB_LLM_CONCURRENCY,
+        )
+    except ValueError as exc:
+        raise PlanningUnavailable(f"The LLM settings are invalid: {exc}.") from exc
 
 
 def llm_budgets() -> LlmBudgets:
@@ -101,24 +108,30 @@ def _description(case: Case) -> str:
     return "\n\n".join(part for part in (case.goal, case.description) if part.strip())
 
 
+def _planner_agent(pack: DomainPack | None) -> Agent | None:
+    """Return the enabled `llm` agent the pack names as its planner, or None."""
+    if pack is None or not pack.planner_agent:
+        return None
+    return Agent.objects.filter(slug=pack.planner_agent, enabled=True, kind=Agent.Kind.LLM).first()
+
+
 def _llm(
     case: Case,
     pack: DomainPack | None,
     on_call: Callable[[LlmCallRecord], None],
     cache: DecompositionCache | None,
 ) -> LlmDecomposition:
-    agents = planning_agents(pack)
-    if not agents:
-        raise PlanningUnavailable(
-            "No enabled agent is available to LLM planning: enable one in the admin."
-        )
-    client = LlmClient(llm_settings(), on_call=on_call)
+    # the agents the model may assign are filtered by kind in the core, which also says clearly
+    # what to enable when none is left
+    agent = _planner_agent(pack)
+    client = LlmClient(llm_settings(agent.model if agent else ""), on_call=on_call)
     return LlmDecomposition(
         client,
-        agents,
+        planning_agents(pack),
         max_depth=case.max_depth,
         budgets=llm_budgets(),
         cache=cache,
+        instructions=agent.system_prompt if agent else "",
     )
 
 
@@ -129,8 +142,9 @@ def build_request(
 ) -> PlanRequest:
     """Return the strategy, goal and state for a case.
 
-    Raises PlanningUnavailable (unknown or disabled pack, no agents), LlmNotConfigured (LLM
-    planning without a provider), and pydantic.ValidationError (inputs that no longer fit).
+    Raises PlanningUnavailable (unknown or disabled pack, LLM settings out of range),
+    LlmNotConfigured (LLM planning without a provider), and pydantic.ValidationError (inputs
+    that no longer fit).
     """
     pack = enabled_pack(case.domain) if case.domain else None
     if case.domain and pack is None:

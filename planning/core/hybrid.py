@@ -24,7 +24,7 @@ from planning.core.llm.decomposition import (
     LlmDecomposition,
     PlanningRun,
 )
-from planning.core.static import StaticDecomposition
+from planning.core.static import StaticDecomposition, unique_keys
 from planning.core.tree import Goal, Leaf, Node, Provenance, StrategyName
 
 __all__ = ["HybridDecomposition"]
@@ -68,7 +68,8 @@ class HybridDecomposition:
         )
         root = ExpansionJob(key=goal.name, goal=goal, depth=0)
         tree, warnings = run.execute(root, lambda job: self._expand(run, job, frozen_state))
-        return DagPlan.build(tree, warnings=warnings, llm_calls=run.calls)
+        # Expansions run concurrently and a method may reuse a subtask: place keys once, at the end.
+        return DagPlan.build(unique_keys(tree), warnings=warnings, llm_calls=run.calls)
 
     def _expand(self, run: PlanningRun, job: ExpansionJob, state: Mapping[str, Any]) -> Expansion:
         run.check_cancelled()
@@ -80,7 +81,9 @@ class HybridDecomposition:
             if self.llm is None:
                 tried = ", ".join(exc.methods_tried) or "none"
                 raise LlmNotConfigured(
-                    f"Hybrid planning of {exc.task!r} (no static method matched; tried: {tried})"
+                    lead=f"No method of the domain pack plans {exc.task!r} for this case "
+                    f"(tried: {tried}), and without an LLM provider hybrid planning cannot "
+                    "plan the rest."
                 ) from exc
             llm_job = replace(job, hint=_fallback_hint(exc))
             return self.llm.expand(run, llm_job, state, strategy=self.strategy_name)

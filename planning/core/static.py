@@ -223,6 +223,28 @@ def place_keys[T: Item](
     return tuple(out), frozenset(used)
 
 
+def unique_keys(root: Compound) -> Compound:
+    """Return the tree with every repeated key placed the way static planning places it.
+
+    Keys already unique stay as they are; a repeat becomes "<parent>.<key>", and dependencies and
+    input references follow it (the nearest earlier use). For trees built elsewhere (hybrid).
+    """
+
+    def fill(node: Node, taken: frozenset[str], scope: KeyScope) -> tuple[Node, frozenset[str]]:
+        if isinstance(node, Leaf) or not node.children:
+            return node, taken
+        placed, taken = place_keys(node.children, node.key, taken, scope)
+        children: list[Node] = []
+        for child, inner in placed:
+            done, taken = fill(child, taken, inner)
+            children.append(done)
+        return replace(node, children=tuple(children)), taken
+
+    filled, _ = fill(root, frozenset({root.key}), ())
+    assert isinstance(filled, Compound)
+    return filled
+
+
 def is_within_budget(method: Method, cost_budget: float | None, time_budget: float | None) -> bool:
     """Tell whether `method` fits the cost and time budgets (None = unlimited)."""
     if cost_budget is not None and method.cost > cost_budget:

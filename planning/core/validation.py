@@ -16,7 +16,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from planning.core.catalogue import Catalogue
 from planning.core.dag import DagPlan
-from planning.core.errors import PlanInvalid
+from planning.core.errors import PlanInvalid, flatten_errors
 from planning.core.tree import Compound, Leaf, thaw
 
 REF_KEY = "$ref"
@@ -123,7 +123,9 @@ def _input_problems(
 
 def _short(exc: ValidationError) -> str:
     return "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}" for err in exc.errors()
+        f"{path}: {message}"
+        for path, messages in flatten_errors(exc.errors(include_url=False)).items()
+        for message in messages
     )
 
 
@@ -166,7 +168,8 @@ def validate_plan(plan: DagPlan, catalogue: Catalogue, limits: PlanLimits | None
         if not agent.enabled:
             flag(leaf.key, f"{leaf.key!r}: agent {leaf.agent!r} is disabled")
         if leaf.tool is None:
-            if leaf.inputs and agent.kind == "tool":
+            # an llm or human agent acts on the task itself; a tool agent only runs its tool
+            if agent.kind == "tool":
                 flag(leaf.key, f"{leaf.key!r}: tool agent {leaf.agent!r} has no tool to run")
             continue
         if leaf.tool not in agent.tools:

@@ -28,6 +28,9 @@ def test_env_helpers_refuse_malformed_values_by_name() -> None:
         env_bool("DEBUG", environ={"DEBUG": "maybe"})
     with pytest.raises(ConfigError, match="PORT"):
         env_int("PORT", 1, environ={"PORT": "eighty"})
+    with pytest.raises(ConfigError, match="CASEHUB_LLM_CONCURRENCY must be at least 1, not 0"):
+        env_int("CASEHUB_LLM_CONCURRENCY", 64, environ={"CASEHUB_LLM_CONCURRENCY": "0"}, minimum=1)
+    assert env_int("N", 5, environ={}, minimum=1) == 5
 
 
 def _settings_in_subprocess(
@@ -53,6 +56,12 @@ def _settings_in_subprocess(
     return subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=full, capture_output=True, text=True
     )
+
+
+def test_an_out_of_range_planning_setting_stops_the_start_naming_it(tmp_path: Path) -> None:
+    result = _settings_in_subprocess({"SECRET_KEY": "x", "CASEHUB_LLM_CONCURRENCY": "0"}, tmp_path)
+    assert result.returncode != 0
+    assert "CASEHUB_LLM_CONCURRENCY must be at least 1, not 0" in result.stderr
 
 
 def test_secret_key_is_required_outside_demo_mode(tmp_path: Path) -> None:

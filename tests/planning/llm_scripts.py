@@ -11,6 +11,7 @@ def fraud_plan_responder(request: RecordedRequest) -> str:
     """Answer like a model planning seed 000's fraud investigation at depth 2.
 
     The root answer has two agent steps and one subtask; the subtask's answer has two steps.
+    Only the pack's llm and human agents are named: they are the ones the model is offered.
     """
     if "Goal: prepare-report" in request.user_prompt:
         steps = [
@@ -32,24 +33,24 @@ def fraud_plan_responder(request: RecordedRequest) -> str:
     else:
         steps = [
             {
-                "id": "pull",
-                "agent": "transaction-monitor",
-                "task": "Pull the transactions",
-                "rationale": "has the data",
+                "id": "review",
+                "agent": "fraud-analyst",
+                "task": "Review the flagged transactions",
+                "rationale": "reads transaction patterns",
                 "depends_on": [],
             },
             {
-                "id": "screen",
-                "agent": "sanctions-screener",
-                "task": "Screen the parties",
-                "rationale": "sanctions lists",
+                "id": "interview",
+                "agent": "investigator",
+                "task": "Interview the account holder",
+                "rationale": "talks to people",
                 "depends_on": [],
             },
             {
                 "id": "prepare-report",
                 "subtask": "prepare-report",
                 "description": "compile findings into a structured report",
-                "depends_on": ["pull", "screen"],
+                "depends_on": ["review", "interview"],
             },
         ]
     return json.dumps({"steps": steps})  # fmt: skip
@@ -67,9 +68,9 @@ def incident_responder(request: RecordedRequest) -> str:
         },
         {
             "id": "notify",
-            "agent": "comms-officer",
-            "task": "Tell the stakeholders",
-            "rationale": "communications",
+            "agent": "forensic-analyst",
+            "task": "Draft the notice to the stakeholders",
+            "rationale": "knows what happened",
             "depends_on": ["triage"],
         },
     ]

@@ -1,11 +1,12 @@
 """The one module that talks to an OpenAI-compatible chat model.
 
-Nothing else in CaseHub imports ``openai`` or knows about HTTP to the model. Settings come from
-the environment (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``CASEHUB_LLM_MODEL``, optionally
-``CASEHUB_LLM_TIMEOUT_S`` and ``CASEHUB_LLM_MAX_RETRIES``); every call has an explicit timeout and
-a bounded number of transport retries, asks for JSON-schema structured output (Chat Completions,
-``strict``), re-validates the answer with pydantic and reports a :class:`LlmCallRecord` of every
-call, successful or not, to the ``on_call`` hook so the caller can audit it.
+Nothing else in CaseHub imports ``openai`` or knows about HTTP to the model. The caller passes
+the settings in (:class:`LlmSettings`; the Django side builds them from its settings, which read
+the environment). Every call has an explicit timeout and a bounded number of transport retries,
+asks for JSON-schema structured output (Chat Completions, ``strict``), re-validates the answer
+with the caller's validator and reports a :class:`LlmCallRecord` of every call, successful or
+not, to the ``on_call`` hook so the caller can audit it. The connection pool keeps a connection
+alive for every call that may be in flight at once (``max_concurrency``).
 """
 
 from __future__ import annotations
@@ -19,16 +20,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import httpx2
 import openai
-from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ValidationError
 
-from planning.core.errors import LlmPlanningError
+from planning.core.errors import LlmPlanningError, flatten_errors
+from planning.core.serialize import canonical_json
 
 __all__ = [
-    "DEFAULT_MAX_RETRIES",
-    "DEFAULT_MODEL",
-    "DEFAULT_TIMEOUT_S",
     "ChatMessage",
     "LlmCallRecord",
     "LlmClient",
@@ -36,16 +35,13 @@ __all__ = [
     "LlmResult",
     "LlmSettings",
     "extract_json",
+    "format_problems",
     "format_validation_error",
-    "jsonable",
     "parse_response",
     "request_hash",
     "strict_json_schema",
 ]
 
-DEFAULT_MODEL = "gpt-4o-mini"
-DEFAULT_TIMEOUT_S = 60.0
-DEFAULT_MAX_RETRIES = 2
 _OPENAI_BASE_URL = "https://api.openai.com/v1"
 # Local OpenAI-compatible servers (vLLM, Ollama, llama.cpp) ignore the key but the SDK wants one.
 _PLACEHOLDER_KEY = "not-needed"
@@ -56,69 +52,35 @@ type ChatMessage = Mapping[str, str]
 class LlmNotConfigured(LlmPlanningError):
     """No LLM provider is configured (neither a base URL nor an API key)."""
 
-    def __init__(self, purpose: str = "LLM planning") -> None:
+    def __init__(self, purpose: str = "LLM planning", *, lead: str = "") -> None:
         super().__init__(
-            f"{purpose} needs an LLM provider, and none is configured. Set OPENAI_API_KEY "
-            "(for OpenAI) or OPENAI_BASE_URL (for any OpenAI-compatible server: Azure, vLLM, "
-            "Ollama, llama.cpp; add OPENAI_API_KEY if it needs one), and CASEHUB_LLM_MODEL "
-            f"to choose the model (default {DEFAULT_MODEL!r})."
+            (lead or f"{purpose} needs an LLM provider, and none is configured.")
+            + " An admin sets OPENAI_API_KEY (for OpenAI) or OPENAI_BASE_URL (for any "
+            "OpenAI-compatible server: Azure, vLLM, Ollama, llama.cpp; add OPENAI_API_KEY if it "
+            "needs one), and CASEHUB_LLM_MODEL to choose the model."
         )
-
-
-def _env_float(environ: Mapping[str, str], name: str, default: float) -> float:
-    raw = environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from exc
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {raw!r}")
-    return value
-
-
-def _env_int(environ: Mapping[str, str], name: str, default: int) -> int:
-    raw = environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from exc
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {raw!r}")
-    return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LlmSettings:
-    """Where the model lives and how patiently to call it."""
+    """Where the model lives, how patiently to call it and how many calls may run at once."""
 
     api_key: str | None = field(default=None, repr=False)
     base_url: str | None = None
-    model: str = DEFAULT_MODEL
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    max_retries: int = DEFAULT_MAX_RETRIES
+    model: str
+    timeout_s: float
+    max_retries: int
+    max_concurrency: int
 
     def __post_init__(self) -> None:
         if self.timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
         if not 0 <= self.max_retries <= 10:
             raise ValueError("max_retries must be between 0 and 10")
+        if not 1 <= self.max_concurrency <= 1024:
+            raise ValueError("max_concurrency must be between 1 and 1024")
         if not self.model.strip():
             raise ValueError("model must not be empty")
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> LlmSettings:
-        """Read the settings from an environment mapping; raise ValueError on malformed numbers."""
-        return cls(
-            api_key=environ.get("OPENAI_API_KEY", "").strip() or None,
-            base_url=environ.get("OPENAI_BASE_URL", "").strip() or None,
-            model=environ.get("CASEHUB_LLM_MODEL", "").strip() or DEFAULT_MODEL,
-            timeout_s=_env_float(environ, "CASEHUB_LLM_TIMEOUT_S", DEFAULT_TIMEOUT_S),
-            max_retries=_env_int(environ, "CASEHUB_LLM_MAX_RETRIES", DEFAULT_MAX_RETRIES),
-        )
 
     @property
     def is_configured(self) -> bool:
@@ -148,24 +110,19 @@ class LlmCallRecord:
     error: str | None = None  # transport error, or why the answer did not validate
 
     @property
-    def total_tokens(self) -> int:
-        """Return prompt plus completion tokens."""
-        return self.prompt_tokens + self.completion_tokens
-
-    @property
     def prompt_hash(self) -> str:
         """Return the SHA-256 of the canonical JSON of the messages."""
-        return _sha256(_canonical([dict(m) for m in self.messages]))
+        return _sha256(canonical_json([dict(m) for m in self.messages]))
 
     @property
     def response_hash(self) -> str:
         """Return the SHA-256 of the response text."""
-        return hashlib.sha256(self.response_text.encode()).hexdigest()
+        return _sha256(self.response_text)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LlmResult[T: BaseModel]:
-    """The answer to one call: raw text, the validated object or the validation error, usage."""
+class LlmResult[T]:
+    """The answer to one call: raw text, the validated answer or the validation error, usage."""
 
     call_id: str
     model: str
@@ -178,29 +135,9 @@ class LlmResult[T: BaseModel]:
     latency_s: float
 
     @property
-    def is_valid(self) -> bool:
-        """Tell whether the text parsed and validated against the response model."""
-        return self.parsed is not None
-
-    @property
     def total_tokens(self) -> int:
         """Return prompt plus completion tokens."""
         return self.prompt_tokens + self.completion_tokens
-
-
-def jsonable(value: Any) -> Any:
-    """Convert what `json` cannot serialise (read-only mappings, sets) to plain JSON values."""
-    if isinstance(value, Mapping):
-        return dict(value)
-    if isinstance(value, set | frozenset):
-        return sorted(value, key=repr)
-    return str(value)
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=jsonable
-    )
 
 
 def _sha256(text: str) -> str:
@@ -215,12 +152,12 @@ def request_hash(
 ) -> str:
     """Return the SHA-256 identifying a request: model, messages and response schema."""
     return _sha256(
-        _canonical(
+        canonical_json(
             {
                 "model": model,
                 "messages": [dict(m) for m in messages],
                 "schema_name": schema_name,
-                "schema": json_schema,
+                "schema": dict(json_schema),
             }
         )
     )
@@ -297,28 +234,52 @@ def extract_json(text: str) -> Any:
         ) from exc
 
 
+def format_problems(problems: Mapping[str, Sequence[str]]) -> str:
+    """Render problems by location (``flatten_errors`` output) as short lines: location, message."""
+    lines = [f"- {path}: {message}" for path, messages in problems.items() for message in messages]
+    return f"{len(lines)} validation error(s):\n" + "\n".join(lines)
+
+
 def format_validation_error(error: ValidationError) -> str:
     """Render a pydantic ValidationError as short lines: location, message."""
-    lines = []
-    for item in error.errors(include_url=False, include_input=False):
-        location = ".".join(str(part) for part in item.get("loc", ())) or "(root)"
-        lines.append(f"- {location}: {item.get('msg', 'invalid')}")
-    return f"{error.error_count()} validation error(s):\n" + "\n".join(lines)
+    return format_problems(flatten_errors(error.errors(include_url=False, include_input=False)))
 
 
-def parse_response[T: BaseModel](text: str, model: type[T]) -> tuple[T | None, str | None]:
-    """Parse and validate a model's answer; return the object, or None and the error text."""
+def parse_response[T](text: str, validate: Callable[[Any], T]) -> tuple[T | None, str | None]:
+    """Parse a model's answer and validate it; return the answer, or None and the error text.
+
+    `validate` takes the decoded JSON and returns the answer or raises ValueError (a pydantic
+    ValidationError is one) saying what is wrong.
+    """
     try:
-        data = extract_json(text)
-    except ValueError as exc:
-        return None, str(exc)
-    try:
-        return model.model_validate(data), None
+        return validate(extract_json(text)), None
     except ValidationError as exc:
         return None, format_validation_error(exc)
+    except ValueError as exc:
+        return None, str(exc)
 
 
 # -- the client ---------------------------------------------------------------------------------
+
+
+class _Message(BaseModel):
+    content: str | None = None
+
+
+class _Choice(BaseModel):
+    message: _Message
+
+
+class _Usage(BaseModel):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class _Completion(BaseModel):
+    """The part of a chat completion the client reads (the SDK's full model costs more CPU)."""
+
+    choices: list[_Choice] = []
+    usage: _Usage | None = None
 
 
 class LlmClient:
@@ -341,11 +302,15 @@ class LlmClient:
         self._lock = threading.Lock()
         self._calls = 0
         self._closed = False
+        pool = settings.max_concurrency
         self._openai = openai.OpenAI(
             api_key=settings.api_key or _PLACEHOLDER_KEY,
             base_url=settings.base_url or _OPENAI_BASE_URL,
             timeout=settings.timeout_s,
             max_retries=settings.max_retries,
+            http_client=openai.DefaultHttpxClient(
+                limits=httpx2.Limits(max_connections=pool, max_keepalive_connections=pool)
+            ),
         )
 
     @property
@@ -370,26 +335,26 @@ class LlmClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def complete_json[T: BaseModel](
+    def complete_json[T](
         self,
         messages: Sequence[ChatMessage],
-        response_model: type[T],
+        validate: Callable[[Any], T],
         *,
         schema_name: str,
-        json_schema: Mapping[str, Any] | None = None,
+        json_schema: Mapping[str, Any],
         call_id: str = "",
+        digest: str = "",
     ) -> LlmResult[T]:
-        """Ask for a JSON answer matching ``json_schema`` and validate it with ``response_model``.
+        """Ask for a JSON answer matching ``json_schema`` and check it with ``validate``.
 
-        ``json_schema`` defaults to the strict form of ``response_model``'s schema; pass another
-        to offer the model less than the validator accepts. A malformed or invalid answer is
+        ``validate`` takes the decoded JSON and returns the answer or raises ValueError; it may
+        accept less than the schema allows or check what no schema can. ``digest`` is this
+        request's hash when the caller already computed it. A malformed or invalid answer is
         returned with ``validation_error`` set, for the caller to repair. Raises LlmPlanningError
         when the call itself fails after the bounded retries (timeout, connection, HTTP error).
         """
-        schema = (
-            dict(json_schema) if json_schema is not None else strict_json_schema(response_model)
-        )
-        digest = self.request_hash(messages, schema_name, schema)
+        schema = dict(json_schema)
+        digest = digest or self.request_hash(messages, schema_name, schema)
         if self._closed:
             raise LlmPlanningError("the LLM client is closed")
         with self._lock:
@@ -398,12 +363,12 @@ class LlmClient:
         started_at = time.time()
         started = time.perf_counter()
         try:
-            # `post` is the SDK's own request path (retries, timeout, errors, typed result)
-            # without `chat.completions.create`'s parameter transform, which walks every
-            # optional field on each call and was the largest CPU cost of concurrent planning
-            completion = self._openai.post(
+            # `post` is the SDK's own request path (retries, timeout, errors) without
+            # `chat.completions.create`'s parameter transform and typed result, which walk every
+            # optional field on each call and were the largest CPU cost of concurrent planning
+            body = self._openai.post(
                 "/chat/completions",
-                cast_to=ChatCompletion,
+                cast_to=bytes,
                 body={
                     "model": self.model,
                     "messages": [dict(m) for m in messages],
@@ -412,19 +377,18 @@ class LlmClient:
                         "json_schema": {"name": schema_name, "schema": schema, "strict": True},
                     },
                 },
-                options={"timeout": self.settings.timeout_s},
             )
-        except openai.OpenAIError as exc:
+            completion = _Completion.model_validate_json(body)
+        except (openai.OpenAIError, ValidationError) as exc:
             latency = time.perf_counter() - started
             error = f"LLM call to model {self.model!r} failed: {_describe(exc)}"
             self._report(label, schema_name, digest, messages, "", 0, 0, latency, started_at, error)
             raise LlmPlanningError(error) from exc
         latency = time.perf_counter() - started
-        text = completion.choices[0].message.content or "" if completion.choices else ""
-        usage = completion.usage
-        prompt_tokens = usage.prompt_tokens if usage is not None else 0
-        completion_tokens = usage.completion_tokens if usage is not None else 0
-        parsed, validation_error = parse_response(text, response_model)
+        text = (completion.choices[0].message.content or "") if completion.choices else ""
+        usage = completion.usage or _Usage()
+        prompt_tokens, completion_tokens = usage.prompt_tokens or 0, usage.completion_tokens or 0
+        parsed, validation_error = parse_response(text, validate)
         self._report(
             label,
             schema_name,
@@ -481,7 +445,9 @@ class LlmClient:
         )
 
 
-def _describe(exc: openai.OpenAIError) -> str:
+def _describe(exc: openai.OpenAIError | ValidationError) -> str:
+    if isinstance(exc, ValidationError):
+        return "the server's reply is not a chat completion"
     if isinstance(exc, openai.APITimeoutError):
         return "the request timed out"
     if isinstance(exc, openai.APIConnectionError):

@@ -6,6 +6,11 @@ prompt. Sibling compounds are expanded at the same time on a thread pool, so the
 grows with the depth, not with the number of calls. The whole tree is resolved before a `DagPlan`
 is returned; on any failure nothing is returned.
 
+Every answer is checked entry by entry against what its request offered; any problem gets a
+repair request quoting it (up to `max_repairs`). What is still wrong after the repairs is dropped
+with a warning, which the reviewer sees at the plan gate; a compound left without a usable entry
+fails planning.
+
 The scheduling machinery (`ExpansionJob`, `Expansion`, `PlanningRun`) is shared with the hybrid
 strategy in `planning.core.hybrid`.
 """
@@ -22,25 +27,34 @@ from typing import Any
 from planning.core.dag import DagPlan
 from planning.core.errors import BudgetExceeded, LlmPlanningError
 from planning.core.llm.cache import DecompositionCache
-from planning.core.llm.client import ChatMessage, LlmClient, parse_response, strict_json_schema
+from planning.core.llm.client import ChatMessage, LlmClient, extract_json, strict_json_schema
 from planning.core.llm.prompts import AgentInfo, repair_prompt, system_prompt, user_prompt
 from planning.core.llm.schemas import (
     AgentPlanResponse,
     AgentStep,
+    Answer,
+    AnswerRules,
     NestedPlanResponse,
-    Step,
     SubtaskStep,
+    dependencies,
+    read_answer,
+    require_clean,
 )
 from planning.core.tree import Compound, Goal, Leaf, Node, Provenance, StrategyName
 
 __all__ = [
+    "PLANNABLE_KINDS",
     "Expansion",
     "ExpansionJob",
     "LlmBudgets",
     "LlmDecomposition",
+    "NoAgentAvailable",
     "PlanningRun",
     "expected_calls",
 ]
+
+# The agent kinds that can act on a bare task, which is all an LLM-planned step is.
+PLANNABLE_KINDS = frozenset({"llm", "human"})
 
 NESTED_SCHEMA_NAME = "nested_plan"
 AGENT_SCHEMA_NAME = "agent_plan"
@@ -117,7 +131,6 @@ class PlanningRun:
         self._lock = threading.Lock()
         self._cancelled = threading.Event()
         self.calls = 0
-        self.cache_hits = 0
         self.tokens = 0
         self.leaves = 0
 
@@ -134,11 +147,6 @@ class PlanningRun:
                 raise BudgetExceeded("llm_calls", self.budgets.max_calls, self.calls + 1)
             self.calls += 1
             return self.calls
-
-    def record_cache_hit(self) -> None:
-        """Count an answer served from the cache."""
-        with self._lock:
-            self.cache_hits += 1
 
     def add_tokens(self, tokens: int) -> None:
         """Add the tokens of a call; raise `BudgetExceeded` past the token ceiling."""
@@ -259,40 +267,33 @@ def child_key(parent: ExpansionJob, step_id: str) -> str:
     return f"{parent.key}.{step_id}"
 
 
-def _label(step: Step) -> str:
-    return step.task if isinstance(step, AgentStep) else step.subtask
+class NoAgentAvailable(LlmPlanningError):
+    """No enabled agent can carry out the steps an LLM plans (kinds `llm` and `human`)."""
+
+    def __init__(self, goal: str) -> None:
+        super().__init__(
+            f"LLM planning of goal {goal!r} needs an enabled agent of kind 'llm' or 'human', and "
+            "there is none: the steps an LLM plans carry no tool, so a 'tool' agent cannot run "
+            "them. An admin must enable an llm or human agent (of the case's domain pack, when "
+            "it has one)."
+        )
 
 
-def _resolve_dependencies(
-    steps: Sequence[Step], kept: set[str]
-) -> dict[str, tuple[str, ...] | None]:
-    """Return each kept step's dependencies, passing through those on dropped steps."""
-    explicit: dict[str, tuple[str, ...]] = {}
-    previous: str | None = None
-    for step in steps:
-        if step.depends_on is None:
-            explicit[step.id] = () if previous is None else (previous,)
-        else:
-            explicit[step.id] = tuple(dict.fromkeys(step.depends_on))
-        previous = step.id
-    if len(kept) == len(steps):
-        return {step.id: None if step.depends_on is None else explicit[step.id] for step in steps}
-
-    def through(step_id: str) -> tuple[str, ...]:
-        # a dropped step's dependents wait for what the dropped step waited for
-        if step_id in kept:
-            return (step_id,)
-        return tuple(d for dep in explicit[step_id] for d in through(dep))
-
-    return {
-        step.id: tuple(dict.fromkeys(d for dep in explicit[step.id] for d in through(dep)))
-        for step in steps
-        if step.id in kept
-    }
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    number: int
+    text: str
+    error: str
 
 
 class LlmDecomposition:
-    """Plan a goal by asking the model, recursively, down to `max_depth` levels."""
+    """Plan a goal by asking the model, recursively, down to `max_depth` levels.
+
+    The model is offered only the agents that can act on a bare task: the enabled ones of kind
+    `llm` or `human` (a `tool` agent needs a tool, which LLM-planned steps do not carry).
+    `instructions` (a planner agent's system prompt) replace the built-in opening of the system
+    prompt. The number of calls in flight at once is the client's `max_concurrency`.
+    """
 
     strategy_name: StrategyName = "llm"
 
@@ -305,41 +306,35 @@ class LlmDecomposition:
         budgets: LlmBudgets | None = None,
         cache: DecompositionCache | None = None,
         max_repairs: int = 2,
-        max_concurrency: int = 32,
+        instructions: str = "",
     ) -> None:
-        """Configure the planner; raise ValueError for a depth below 1 or no enabled agent."""
+        """Configure the planner; raise ValueError for a depth below 1 or too many repairs."""
         if max_depth < 1:
             raise ValueError("max_depth must be >= 1")
         if not 0 <= max_repairs <= 5:
             raise ValueError("max_repairs must be between 0 and 5")
-        if max_concurrency < 1:
-            raise ValueError("max_concurrency must be >= 1")
         self.client = client
         self.agents: tuple[AgentInfo, ...] = tuple(
-            agent for agent in agents if getattr(agent, "enabled", True)
+            agent
+            for agent in agents
+            if getattr(agent, "enabled", True) and agent.kind in PLANNABLE_KINDS
         )
-        if not self.agents:
-            raise ValueError("LLM planning needs at least one enabled agent")
         self._agent_slugs = frozenset(agent.slug for agent in self.agents)
         self.max_depth = max_depth
         self.budgets = budgets or LlmBudgets()
         self.cache = cache
         self.max_repairs = max_repairs
-        self.max_concurrency = max_concurrency
-
-    def expected_calls(self, branching: int | None = None) -> int:
-        """Return the calls a full tree needs at this depth (fan-out defaults to the budget)."""
-        return expected_calls(branching or self.budgets.max_fanout, self.max_depth)
+        self.instructions = instructions
 
     def new_run(self) -> PlanningRun:
         """Return fresh counters for one planning run."""
-        return PlanningRun(self.budgets, max_concurrency=self.max_concurrency)
+        return PlanningRun(self.budgets, max_concurrency=self.client.settings.max_concurrency)
 
     def plan(self, goal: Goal, state: Mapping[str, Any]) -> DagPlan:
         """Decompose `goal` fully and return the plan.
 
-        Raises `LlmPlanningError` (transport failure, answer still invalid after the repairs,
-        no usable step for a goal), `BudgetExceeded`, or `PlanInvalid`.
+        Raises `LlmPlanningError` (transport failure, no usable step for a goal after the
+        repairs, `NoAgentAvailable`), `BudgetExceeded`, or `PlanInvalid`.
         """
         frozen_state = MappingProxyType(dict(state))
         run = self.new_run()
@@ -351,9 +346,17 @@ class LlmDecomposition:
 
     # -- one compound ----------------------------------------------------------------------------
 
-    def is_last_level(self, job: ExpansionJob) -> bool:
-        """Tell whether `job`'s answer may contain agent assignments only."""
+    def _is_last_level(self, job: ExpansionJob) -> bool:
         return job.level >= self.max_depth - 1
+
+    def rules_for(self, job: ExpansionJob) -> AnswerRules:
+        """Return what the request for `job` offers: its agents, entry kinds and fan-out."""
+        return AnswerRules(
+            agents=self._agent_slugs,
+            max_steps=self.budgets.max_fanout,
+            is_last_level=self._is_last_level(job),
+            max_depth=self.max_depth,
+        )
 
     def messages_for(self, job: ExpansionJob, state: Mapping[str, Any]) -> list[ChatMessage]:
         """Return the system and user messages that ask to decompose `job`."""
@@ -361,7 +364,9 @@ class LlmDecomposition:
             {
                 "role": "system",
                 "content": system_prompt(
-                    is_last_level=self.is_last_level(job), max_steps=self.budgets.max_fanout
+                    is_last_level=self._is_last_level(job),
+                    max_steps=self.budgets.max_fanout,
+                    instructions=self.instructions,
                 ),
             },
             {
@@ -380,37 +385,43 @@ class LlmDecomposition:
     ) -> Expansion:
         """Decompose one compound with the model (or the cache) into leaves and jobs.
 
-        Raises `LlmPlanningError`, `BudgetExceeded`.
+        Raises `LlmPlanningError` (including `NoAgentAvailable`), `BudgetExceeded`.
         """
         run.check_cancelled()
-        response, source = self._answer(run, job, state)
-        return self._to_expansion(run, job, response, source, strategy)
+        if not self.agents:
+            raise NoAgentAvailable(job.goal.name)
+        rules = self.rules_for(job)
+        answer, source, warnings = self._answer(run, job, state, rules)
+        return self._to_expansion(run, job, answer, source, warnings, strategy)
 
     def _answer(
-        self, run: PlanningRun, job: ExpansionJob, state: Mapping[str, Any]
-    ) -> tuple[NestedPlanResponse, str]:
-        last = self.is_last_level(job)
-        schema_name = AGENT_SCHEMA_NAME if last else NESTED_SCHEMA_NAME
-        schema = _AGENT_SCHEMA if last else _NESTED_SCHEMA
+        self, run: PlanningRun, job: ExpansionJob, state: Mapping[str, Any], rules: AnswerRules
+    ) -> tuple[Answer, str, tuple[str, ...]]:
+        schema_name = AGENT_SCHEMA_NAME if rules.is_last_level else NESTED_SCHEMA_NAME
+        schema = _AGENT_SCHEMA if rules.is_last_level else _NESTED_SCHEMA
         messages = self.messages_for(job, state)
         cache_key = self.client.request_hash(messages, schema_name, schema)
         if self.cache is not None:
             cached = self.cache.get(cache_key)
             if cached is not None:
-                parsed, _ = parse_response(cached, NestedPlanResponse)
-                if parsed is not None:
-                    run.record_cache_hit()
-                    return parsed, f"llm:cache:{cache_key[:12]}"
-        error = ""
+                answer = _read(cached, rules)
+                if answer is not None and answer.is_clean:
+                    return answer, f"llm:cache:{cache_key[:12]}", ()
+
+        def validate(data: Any) -> Answer:
+            return require_clean(read_answer(data, rules))
+
+        attempts: list[_Attempt] = []
         for attempt in range(self.max_repairs + 1):
             number = run.reserve_call()
             try:
                 result = self.client.complete_json(
                     messages,
-                    NestedPlanResponse,
+                    validate,
                     schema_name=schema_name,
                     json_schema=schema,
                     call_id=f"llm:{number}",
+                    digest=cache_key if attempt == 0 else "",
                 )
             except LlmPlanningError as exc:
                 raise LlmPlanningError(
@@ -420,8 +431,9 @@ class LlmDecomposition:
             if result.parsed is not None:
                 if self.cache is not None:
                     self.cache.put(cache_key, result.text)
-                return result.parsed, f"llm:{number}"
+                return result.parsed, f"llm:{number}", ()
             error = result.validation_error or "the answer did not validate"
+            attempts.append(_Attempt(number, result.text, error))
             if attempt < self.max_repairs:
                 run.check_cancelled()
                 messages = [
@@ -429,55 +441,53 @@ class LlmDecomposition:
                     {"role": "assistant", "content": result.text},
                     {"role": "user", "content": repair_prompt(error)},
                 ]
+        return self._salvage(job, rules, attempts)
+
+    def _salvage(
+        self, job: ExpansionJob, rules: AnswerRules, attempts: Sequence[_Attempt]
+    ) -> tuple[Answer, str, tuple[str, ...]]:
+        """Keep the valid entries of the latest answer that has any; drop the rest with a warning.
+
+        Raises `LlmPlanningError` when no answer has a usable entry.
+        """
+        for attempt in reversed(attempts):
+            answer = _read(attempt.text, rules)
+            if answer is None or not answer.usable:
+                continue
+            warnings = tuple(
+                f"dropped step {entry.describe()} of goal {job.goal.name!r} at depth "
+                f"{job.depth}, still invalid after {self.max_repairs} repair request(s): "
+                f"{entry.describe_problems()}"
+                for entry in answer.entries
+                if not entry.is_usable
+            )
+            return answer, f"llm:{attempt.number}", warnings
         raise LlmPlanningError(
-            f"the LLM's decomposition of goal {job.goal.name!r} at depth {job.depth} was still "
-            f"invalid after {self.max_repairs} repair request(s): {error}"
+            f"the LLM returned no usable step for goal {job.goal.name!r} at depth {job.depth} "
+            f"after {self.max_repairs} repair request(s): {attempts[-1].error}"
         )
 
     def _to_expansion(
         self,
         run: PlanningRun,
         job: ExpansionJob,
-        response: NestedPlanResponse,
+        answer: Answer,
         source: str,
+        warnings: tuple[str, ...],
         strategy: StrategyName,
     ) -> Expansion:
-        steps = list(response.steps)
-        if not steps:
-            raise LlmPlanningError(
-                f"the LLM returned an empty plan for goal {job.goal.name!r} at depth {job.depth}"
-            )
-        run.check_fanout(len(steps))
-        last = self.is_last_level(job)
-        warnings: list[str] = []
-        kept: list[Step] = []
-        for step in steps:
-            if isinstance(step, SubtaskStep) and last:
-                warnings.append(
-                    f"dropped nested step {step.id!r} ({step.subtask!r}) of goal "
-                    f"{job.goal.name!r}: the depth ceiling (max_depth={self.max_depth}) allows "
-                    "only agent assignments at this level"
-                )
-            elif isinstance(step, AgentStep) and step.agent not in self._agent_slugs:
-                warnings.append(
-                    f"dropped step {step.id!r} ({step.task!r}) of goal {job.goal.name!r}: "
-                    f"unknown or disabled agent {step.agent!r}"
-                )
-            else:
-                kept.append(step)
-        if not kept:
-            raise LlmPlanningError(
-                f"the LLM returned no usable step for goal {job.goal.name!r} at depth "
-                f"{job.depth}: " + "; ".join(warnings)
-            )
-        dependencies = _resolve_dependencies(steps, {step.id for step in kept})
-        labels = {step.id: _label(step) for step in kept}
+        kept = answer.usable
+        run.check_fanout(len(kept))
+        resolved = dependencies(answer.entries)
+        ids = {entry.position: entry.step_id or "" for entry in kept}
+        labels = {entry.position: entry.label for entry in kept}
         provenance = Provenance(strategy=strategy, source=source, depth=job.depth + 1)
         children: list[Leaf | ExpansionJob] = []
-        for step in kept:
-            key = child_key(job, step.id)
-            deps = dependencies[step.id]
-            depends_on = None if deps is None else tuple(child_key(job, d) for d in deps)
+        for entry in kept:
+            step = entry.step
+            key = child_key(job, ids[entry.position])
+            deps = resolved[entry.position]
+            depends_on = None if deps is None else tuple(child_key(job, ids[d]) for d in deps)
             if isinstance(step, AgentStep):
                 children.append(
                     Leaf(
@@ -489,7 +499,7 @@ class LlmDecomposition:
                         provenance=provenance,
                     )
                 )
-            else:
+            elif isinstance(step, SubtaskStep):
                 children.append(
                     ExpansionJob(
                         key=key,
@@ -498,7 +508,9 @@ class LlmDecomposition:
                             description=step.description,
                             parent=job.goal.name,
                             siblings=tuple(
-                                label for sid, label in labels.items() if sid != step.id
+                                label
+                                for position, label in labels.items()
+                                if position != entry.position
                             ),
                         ),
                         depth=job.depth + 1,
@@ -509,5 +521,12 @@ class LlmDecomposition:
                 )
         run.add_leaves(sum(1 for child in children if isinstance(child, Leaf)))
         return Expansion(
-            strategy=strategy, source=source, children=tuple(children), warnings=tuple(warnings)
+            strategy=strategy, source=source, children=tuple(children), warnings=warnings
         )
+
+
+def _read(text: str, rules: AnswerRules) -> Answer | None:
+    try:
+        return read_answer(extract_json(text), rules)
+    except ValueError:
+        return None

@@ -2,8 +2,10 @@
 
 Two system prompt variants: above the last level the model may return nested entries that are
 decomposed again; at the last level the prompt describes agent assignments only and never
-mentions the nested format. The user prompt carries the parent goal, the sibling tasks, the goal
-and its description, the agents (id, name, description, capabilities) and the rendered state.
+mentions the nested format. A planner agent's own instructions take the place of the built-in
+opening; the answer format and the rules always follow. The user prompt carries the parent goal,
+the sibling tasks, the goal and its description, the agents (id, name, description,
+capabilities) and the rendered state.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from planning.core.llm.client import jsonable
 from planning.core.tree import Goal
 
 __all__ = [
@@ -41,10 +42,16 @@ class AgentInfo(Protocol):
     @property
     def capabilities(self) -> Sequence[str]: ...
 
+    @property
+    def kind(self) -> str: ...
 
-_PREAMBLE = """\
+
+_ROLE = """\
 You are the planning component of CaseHub, where human reviewers approve agent plans before \
-anything runs. Decompose the goal in the request into a short, ordered list of steps.
+anything runs."""
+
+_TASK = """\
+Decompose the goal in the request into a short, ordered list of steps.
 
 Answer with JSON only: an object {"steps": [...]} that matches the response schema."""
 
@@ -66,16 +73,21 @@ should not depend on each other, so they can run in parallel.
 - Do not decide which steps need human approval; the server decides that."""
 
 
-def system_prompt(*, is_last_level: bool, max_steps: int) -> str:
-    """Return the system prompt; the last-level variant offers agent assignments only."""
+def system_prompt(*, is_last_level: bool, max_steps: int, instructions: str = "") -> str:
+    """Return the system prompt; the last-level variant offers agent assignments only.
+
+    `instructions` (a planner agent's system prompt) replaces the built-in opening; the answer
+    format and the rules follow it unchanged.
+    """
+    preamble = f"{instructions.strip()}\n\n{_TASK}" if instructions.strip() else f"{_ROLE} {_TASK}"
     rules = _RULES.replace("{max_steps}", str(max_steps))
     if is_last_level:
         return (
-            f"{_PREAMBLE}\n\nEvery step is an agent assignment, for work one agent does as a "
+            f"{preamble}\n\nEvery step is an agent assignment, for work one agent does as a "
             f"single action:\n{_AGENT_FORMAT}\n\nRules:\n{rules}"
         )
     return (
-        f"{_PREAMBLE}\n\nEach step is one of two kinds.\n"
+        f"{preamble}\n\nEach step is one of two kinds.\n"
         f"1. An agent assignment, for work one agent does as a single action:\n{_AGENT_FORMAT}\n"
         "2. A subtask, for a part that is itself a plan of several actions; it is decomposed "
         f"again separately, with this plan as its context:\n{_NESTED_FORMAT}\n\n"
@@ -85,9 +97,18 @@ def system_prompt(*, is_last_level: bool, max_steps: int) -> str:
     )
 
 
+def _jsonable(value: Any) -> Any:
+    # the state is frozen: read-only mappings and sets are what `json` cannot serialise
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=repr)
+    return str(value)
+
+
 def render_state(state: Mapping[str, Any]) -> str:
     """Render the planning state as stable, indented JSON (truncated when very large)."""
-    text = json.dumps(state, sort_keys=True, indent=2, default=jsonable, ensure_ascii=False)
+    text = json.dumps(state, sort_keys=True, indent=2, default=_jsonable, ensure_ascii=False)
     if len(text) > MAX_STATE_CHARS:
         return text[:MAX_STATE_CHARS] + "\n... (state truncated)"
     return text

@@ -18,6 +18,7 @@ class Agent:
     name: str
     description: str = ""
     capabilities: tuple[str, ...] = ()
+    kind: str = "llm"
     enabled: bool = True
 
 
@@ -29,7 +30,7 @@ AGENTS = (
         capabilities=("review", "analyse"),
     ),
     Agent(slug="writer", name="Report writer", capabilities=("write-report",)),
-    Agent(slug="investigator", name="Investigator", capabilities=("interview",)),
+    Agent(slug="investigator", name="Investigator", capabilities=("interview",), kind="human"),
 )
 
 _GOAL_LINE = re.compile(r"^Goal: (.*)$", re.MULTILINE)
@@ -83,14 +84,26 @@ def by_goal(answers: Mapping[str, Reply]) -> Callable[[RecordedRequest], Reply]:
     return respond
 
 
+def settings_for(server: FakeOpenAIServer, **overrides: Any) -> LlmSettings:
+    """Return settings pointing at the fake server (no transport retries unless asked)."""
+    values: dict[str, Any] = {
+        "api_key": server.api_key,
+        "base_url": server.base_url,
+        "model": server.model,
+        "timeout_s": 10.0,
+        "max_retries": 0,
+        "max_concurrency": 64,
+    }
+    values.update(overrides)
+    return LlmSettings(**values)
+
+
 def make_client(
     server: FakeOpenAIServer,
     records: list[LlmCallRecord] | None = None,
     **overrides: Any,
 ) -> LlmClient:
-    """Return a real client pointed at the fake server (no transport retries unless asked)."""
-    env = {**server.env(), "CASEHUB_LLM_MAX_RETRIES": "0", "CASEHUB_LLM_TIMEOUT_S": "10"}
-    env.update({k: str(v) for k, v in overrides.items()})
+    """Return a real client pointed at the fake server; `overrides` are LlmSettings fields."""
     return LlmClient(
-        LlmSettings.from_env(env), on_call=records.append if records is not None else None
+        settings_for(server, **overrides), on_call=records.append if records is not None else None
     )

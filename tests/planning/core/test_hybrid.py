@@ -67,8 +67,8 @@ def test_an_unknown_incident_kind_falls_back_to_the_llm_with_a_hint(
 ) -> None:
     fake_openai.enqueue(
         answer(
-            leaf("rate-limit", "network-guard", "rate-limit the attacking addresses"),
-            leaf("tell-owners", "comms-officer", "notify the owners of orders-db"),
+            leaf("rate-limit", "incident-commander", "rate-limit the attacking addresses"),
+            leaf("tell-owners", "forensic-analyst", "draft the notice to the owners of orders-db"),
         )
     )
     plan = hybrid(fake_openai).plan(INCIDENT.goal(), DDOS)
@@ -77,7 +77,10 @@ def test_an_unknown_incident_kind_falls_back_to_the_llm_with_a_hint(
     assert "database-outage-response" in request.user_prompt
     assert "security-breach-response" in request.user_prompt
     assert '"kind": "ddos"' in request.user_prompt
-    assert "- db-operator: Database operator" in request.user_prompt
+    # only agents that act on a bare task are offered: tool agents need a tool
+    assert "- forensic-analyst: " in request.user_prompt
+    assert "- incident-commander: " in request.user_prompt
+    assert "db-operator" not in request.user_prompt and "comms-officer" not in request.user_prompt
     assert [leaf.key for leaf in plan.leaves] == ["rate-limit", "tell-owners"]
     assert plan.leaf("rate-limit").provenance.strategy == "hybrid"
     assert plan.leaf("rate-limit").provenance.source == "llm:1"
@@ -93,7 +96,7 @@ def test_only_the_unmatched_subtree_goes_to_the_llm(fake_openai: FakeOpenAIServe
     library = _without(INCIDENT.methods, "forensics-from-logs")
     fake_openai.enqueue(
         answer(
-            leaf("pull-logs", "network-guard", "collect the logs of web-2"),
+            leaf("pull-logs", "incident-commander", "have the logs of web-2 collected"),
             leaf("analyse", "forensic-analyst", "reconstruct the attack path"),
         )
     )
@@ -124,7 +127,7 @@ def test_compounds_the_llm_creates_are_tried_against_static_methods_first(
     fake_openai.responder = by_goal(
         {
             "respond-to-incident": answer(
-                leaf("block", "network-guard", "block the attacking addresses"),
+                leaf("block", "incident-commander", "have the attacking addresses blocked"),
                 subtask("forensics", "forensic-analysis", "find out how the attack worked"),
                 subtask("debrief", "write-debrief", "write the post-incident review"),
             ),
@@ -152,7 +155,7 @@ def test_compounds_the_llm_creates_are_tried_against_static_methods_first(
 def test_a_breach_without_affected_hosts_names_the_failed_methods(
     fake_openai: FakeOpenAIServer,
 ) -> None:
-    fake_openai.enqueue(answer(leaf("find-hosts", "network-guard", "find the affected hosts")))
+    fake_openai.enqueue(answer(leaf("find-hosts", "forensic-analyst", "find the affected hosts")))
     state = INCIDENT.initial_state({"kind": "security-breach", "service": "orders-db"})
     hybrid(fake_openai).plan(INCIDENT.goal(), state)
     assert "security-breach-response" in fake_openai.requests[0].user_prompt
@@ -184,8 +187,8 @@ def test_unmatched_sibling_subtrees_are_planned_concurrently(
     fake_openai.latency_s = 0.2
     fake_openai.responder = by_goal(
         {
-            "contain": answer(leaf("a", "network-guard", "contain it")),
-            "communicate": answer(leaf("b", "comms-officer", "tell everyone")),
+            "contain": answer(leaf("a", "incident-commander", "contain it")),
+            "communicate": answer(leaf("b", "forensic-analyst", "draft the notice")),
         }
     )
     plan = hybrid(fake_openai, library).plan(INCIDENT.goal(), DDOS)
@@ -218,11 +221,23 @@ def test_the_llm_depth_ceiling_holds_inside_a_fallback_subtree(
     fake_openai.responder = by_goal(
         {
             "respond-to-incident": answer(subtask("s", "stabilise")),
-            "stabilise": answer(leaf("x", "db-operator", "restart"), subtask("t", "deeper")),
+            "stabilise": answer(leaf("x", "incident-commander", "restart"), subtask("t", "deeper")),
         }
     )
     plan = hybrid(fake_openai, max_depth=2).plan(Goal(name="respond-to-incident"), DDOS)
     assert [leaf.key for leaf in plan.leaves] == ["s.x"]
-    assert any("deeper" in w for w in plan.warnings)
+    assert any("deeper" in w for w in plan.warnings)  # after its repair requests
     last = next(r for r in fake_openai.requests if goal_of(r) == "stabilise")
     assert "subtask" not in last.system_prompt.lower()
+
+
+def test_hybrid_gives_a_subtask_used_twice_unique_keys_like_static_planning() -> None:
+    from tests.planning.core.test_static_forward import REPEATED_KEYS, notifying_library
+
+    library = notifying_library()
+    plan = HybridDecomposition(StaticDecomposition(library), None).plan(Goal(name="handle"), {})
+    static = StaticDecomposition(library).plan(Goal(name="handle"), {})
+    assert [leaf.key for leaf in plan.leaves] == REPEATED_KEYS
+    assert plan.dependencies == static.dependencies
+    repeated = plan.leaf("handle.notify.send-notice")
+    assert repeated.inputs["owners"]["$ref"] == "handle.notify.find-owners"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -31,44 +32,43 @@ class Verdict(BaseModel):
 
 
 MESSAGES = [{"role": "system", "content": "judge"}, {"role": "user", "content": "the case"}]
+VERDICT_SCHEMA = strict_json_schema(Verdict)
 
 
-def test_settings_are_read_from_the_environment() -> None:
-    settings = LlmSettings.from_env(
-        {
-            "OPENAI_API_KEY": "sk-1",
-            "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
-            "CASEHUB_LLM_MODEL": "llama3",
-            "CASEHUB_LLM_TIMEOUT_S": "12.5",
-            "CASEHUB_LLM_MAX_RETRIES": "1",
-        }
+def test_settings_hide_the_key_and_know_whether_a_provider_is_configured() -> None:
+    settings = LlmSettings(
+        api_key="sk-1", model="llama3", timeout_s=12.5, max_retries=1, max_concurrency=64
     )
-    assert settings.api_key == "sk-1"
-    assert settings.base_url == "http://127.0.0.1:9/v1"
-    assert settings.model == "llama3"
-    assert settings.timeout_s == 12.5
-    assert settings.max_retries == 1
     assert settings.is_configured
     assert "sk-1" not in repr(settings)
+    local = LlmSettings(
+        base_url="http://127.0.0.1:11434/v1",
+        model="llama3",
+        timeout_s=5,
+        max_retries=0,
+        max_concurrency=1,
+    )
+    assert local.is_configured  # a local server needs no key
 
 
-def test_settings_default_to_a_bounded_timeout_and_retries() -> None:
-    settings = LlmSettings.from_env({"OPENAI_API_KEY": "sk-1"})
-    assert 0 < settings.timeout_s <= 120
-    assert 0 <= settings.max_retries <= 3
-
-
-def test_a_base_url_without_a_key_is_a_configured_local_provider() -> None:
-    assert LlmSettings.from_env({"OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"}).is_configured
-
-
-def test_malformed_timeout_is_refused_with_the_variable_name() -> None:
-    with pytest.raises(ValueError, match="CASEHUB_LLM_TIMEOUT_S"):
-        LlmSettings.from_env({"CASEHUB_LLM_TIMEOUT_S": "soon"})
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("timeout_s", 0), ("max_retries", 11), ("max_concurrency", 0), ("model", " ")],
+)
+def test_settings_out_of_range_are_refused(field: str, value: object) -> None:
+    values: dict[str, Any] = {
+        "model": "m",
+        "timeout_s": 1.0,
+        "max_retries": 0,
+        "max_concurrency": 8,
+        field: value,
+    }
+    with pytest.raises(ValueError, match=field):
+        LlmSettings(**values)
 
 
 def test_no_provider_raises_a_clear_error_naming_the_variables() -> None:
-    settings = LlmSettings.from_env({})
+    settings = LlmSettings(model="m", timeout_s=1.0, max_retries=0, max_concurrency=1)
     assert not settings.is_configured
     with pytest.raises(LlmNotConfigured) as excinfo:
         LlmClient(settings)
@@ -130,7 +130,13 @@ def test_complete_json_sends_strict_structured_output_and_returns_usage(
         )
     )
     client = make_client(fake_openai, records)
-    result = client.complete_json(MESSAGES, Verdict, schema_name="verdict", call_id="llm:1")
+    result = client.complete_json(
+        MESSAGES,
+        Verdict.model_validate,
+        schema_name="verdict",
+        json_schema=strict_json_schema(Verdict),
+        call_id="llm:1",
+    )
 
     assert result.parsed == Verdict(verdict="ok", score=3)
     assert result.validation_error is None
@@ -163,7 +169,7 @@ def test_an_invalid_answer_is_returned_with_its_validation_error_and_recorded(
     records: list[LlmCallRecord] = []
     fake_openai.enqueue('{"verdict": "ok"}')
     result = make_client(fake_openai, records).complete_json(
-        MESSAGES, Verdict, schema_name="verdict"
+        MESSAGES, Verdict.model_validate, schema_name="verdict", json_schema=VERDICT_SCHEMA
     )
     assert result.parsed is None
     assert result.validation_error is not None
@@ -175,7 +181,7 @@ def test_request_hash_changes_with_model_messages_and_schema(
     fake_openai: FakeOpenAIServer,
 ) -> None:
     client = make_client(fake_openai)
-    other_model = make_client(fake_openai, CASEHUB_LLM_MODEL="other")
+    other_model = make_client(fake_openai, model="other")
     schema = strict_json_schema(Verdict)
     base = client.request_hash(MESSAGES, "verdict", schema)
     assert base == client.request_hash([dict(m) for m in MESSAGES], "verdict", dict(schema))
@@ -190,7 +196,9 @@ def test_http_errors_raise_llm_planning_error_and_are_recorded(
     records: list[LlmCallRecord] = []
     fake_openai.enqueue(FakeReply(status=400, error_message="model not found"))
     with pytest.raises(LlmPlanningError, match="HTTP 400"):
-        make_client(fake_openai, records).complete_json(MESSAGES, Verdict, schema_name="v")
+        make_client(fake_openai, records).complete_json(
+            MESSAGES, Verdict.model_validate, schema_name="v", json_schema=VERDICT_SCHEMA
+        )
     assert records[0].error is not None
     assert "model not found" in records[0].error
 
@@ -199,32 +207,40 @@ def test_transient_server_errors_are_retried_a_bounded_number_of_times(
     fake_openai: FakeOpenAIServer,
 ) -> None:
     fake_openai.enqueue(FakeReply(status=503), FakeReply(status=503), FakeReply(status=503))
-    client = make_client(fake_openai, CASEHUB_LLM_MAX_RETRIES=1)
+    client = make_client(fake_openai, max_retries=1)
     with pytest.raises(LlmPlanningError, match="HTTP 503"):
-        client.complete_json(MESSAGES, Verdict, schema_name="v")
+        client.complete_json(
+            MESSAGES, Verdict.model_validate, schema_name="v", json_schema=VERDICT_SCHEMA
+        )
     assert len(fake_openai.requests) == 2  # one try plus one retry, then give up
 
 
 def test_a_retry_after_a_transient_error_can_succeed(fake_openai: FakeOpenAIServer) -> None:
     fake_openai.enqueue(FakeReply(status=503), '{"verdict": "ok", "score": 1, "note": "x"}')
-    client = make_client(fake_openai, CASEHUB_LLM_MAX_RETRIES=1)
-    result = client.complete_json(MESSAGES, Verdict, schema_name="v")
+    client = make_client(fake_openai, max_retries=1)
+    result = client.complete_json(
+        MESSAGES, Verdict.model_validate, schema_name="v", json_schema=VERDICT_SCHEMA
+    )
     assert result.parsed is not None and result.parsed.note == "x"
 
 
 def test_a_slow_server_hits_the_explicit_timeout(fake_openai: FakeOpenAIServer) -> None:
     records: list[LlmCallRecord] = []
     fake_openai.enqueue(FakeReply(content="{}", extra_latency_s=2.0))
-    client = make_client(fake_openai, records, CASEHUB_LLM_TIMEOUT_S="0.3")
+    client = make_client(fake_openai, records, timeout_s=0.3)
     with pytest.raises(LlmPlanningError, match="timed out"):
-        client.complete_json(MESSAGES, Verdict, schema_name="v")
+        client.complete_json(
+            MESSAGES, Verdict.model_validate, schema_name="v", json_schema=VERDICT_SCHEMA
+        )
     assert records[0].error is not None and "timed out" in records[0].error
     assert records[0].latency_s < 1.5
 
 
 def test_fake_server_without_a_scripted_reply_fails_loudly(fake_openai: FakeOpenAIServer) -> None:
     with pytest.raises(LlmPlanningError, match="no scripted reply"):
-        make_client(fake_openai).complete_json(MESSAGES, Verdict, schema_name="v")
+        make_client(fake_openai).complete_json(
+            MESSAGES, Verdict.model_validate, schema_name="v", json_schema=VERDICT_SCHEMA
+        )
 
 
 def test_fake_server_lists_its_model(fake_openai: FakeOpenAIServer) -> None:
@@ -235,14 +251,29 @@ def test_fake_server_lists_its_model(fake_openai: FakeOpenAIServer) -> None:
     assert body["data"][0]["id"] == "fake-model"
 
 
-def test_a_bare_list_of_steps_is_accepted(fake_openai: FakeOpenAIServer) -> None:
-    fake_openai.enqueue(json.dumps([leaf("a")]))
-    result = make_client(fake_openai).complete_json(
-        MESSAGES, NestedPlanResponse, schema_name="nested_plan"
-    )
-    assert result.parsed is not None
-    assert [s.id for s in result.parsed.steps] == ["a"]
+def test_the_validator_sees_the_decoded_json_and_its_error_is_returned(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    def validate(data: Any) -> list[Any]:
+        if not isinstance(data, list):
+            raise ValueError("expected a list")
+        return data
+
+    fake_openai.enqueue(json.dumps([leaf("a")]), '{"steps": []}')
+    client = make_client(fake_openai)
+    ok = client.complete_json(MESSAGES, validate, schema_name="s", json_schema=VERDICT_SCHEMA)
+    assert ok.parsed == [leaf("a")]
+    bad = client.complete_json(MESSAGES, validate, schema_name="s", json_schema=VERDICT_SCHEMA)
+    assert (bad.parsed, bad.validation_error) == (None, "expected a list")
     assert answer(leaf("a"))  # helper sanity: renders the wrapped form
+
+
+def test_the_connection_pool_keeps_a_connection_for_every_concurrent_call(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    client = make_client(fake_openai, max_concurrency=96)
+    pool = client._openai._client._transport._pool  # the SDK's httpx connection pool
+    assert pool._max_connections == pool._max_keepalive_connections == 96
 
 
 def test_the_client_closes_its_connections_as_a_context_manager(
@@ -250,6 +281,13 @@ def test_the_client_closes_its_connections_as_a_context_manager(
 ) -> None:
     fake_openai.enqueue('{"verdict": "ok", "score": 1, "note": null}')
     with make_client(fake_openai) as client:
-        assert client.complete_json(MESSAGES, Verdict, schema_name="v").is_valid
+        assert (
+            client.complete_json(
+                MESSAGES, Verdict.model_validate, schema_name="v", json_schema=VERDICT_SCHEMA
+            ).parsed
+            is not None
+        )
     with pytest.raises(LlmPlanningError):
-        client.complete_json(MESSAGES, Verdict, schema_name="v")
+        client.complete_json(
+            MESSAGES, Verdict.model_validate, schema_name="v", json_schema=VERDICT_SCHEMA
+        )

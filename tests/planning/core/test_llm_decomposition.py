@@ -11,12 +11,18 @@ import pytest
 from planning.core.errors import BudgetExceeded, LlmPlanningError
 from planning.core.llm.cache import InMemoryDecompositionCache
 from planning.core.llm.client import LlmCallRecord
-from planning.core.llm.decomposition import LlmBudgets, LlmDecomposition, expected_calls
+from planning.core.llm.decomposition import (
+    LlmBudgets,
+    LlmDecomposition,
+    NoAgentAvailable,
+    expected_calls,
+)
 from planning.core.tree import Compound, Goal, Leaf
 from tests.fakes import fixtures
 from tests.fakes.openai_server import FakeOpenAIServer, FakeReply, RecordedRequest, Reply
 from tests.planning.core.llm_helpers import (
     AGENTS,
+    Agent,
     answer,
     by_goal,
     goal_of,
@@ -65,10 +71,7 @@ def test_seed_example_at_depth_two_makes_one_call_per_compound(
     fake_openai: FakeOpenAIServer,
 ) -> None:
     fake_openai.responder = by_goal({"investigate-fraud": SEED_ROOT, "prepare-report": SEED_REPORT})
-    llm = planner(fake_openai)
-    assert llm.expected_calls(branching=1) == 2
-
-    plan = llm.plan(FRAUD, STATE)
+    plan = planner(fake_openai).plan(FRAUD, STATE)
 
     assert len(fake_openai.requests) == 2  # the root plus the one compound
     assert plan.llm_calls == 2
@@ -169,19 +172,21 @@ def test_recursive_prompt_carries_parent_siblings_goal_agents_and_state(
     assert "Parent goal: (none" in root.user_prompt
 
 
-def test_max_depth_one_drops_subtask_entries_with_a_warning(
+def test_max_depth_one_repairs_then_drops_subtask_entries_with_a_warning(
     fake_openai: FakeOpenAIServer,
 ) -> None:
-    fake_openai.enqueue(
-        answer(leaf("a"), subtask("deep", "dig-deeper"), leaf("b", "writer", depends_on=["deep"]))
+    stubborn = answer(
+        leaf("a"), subtask("deep", "dig-deeper"), leaf("b", "writer", depends_on=["deep"])
     )
+    fake_openai.responder = lambda request: stubborn
     plan = planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
-    assert len(fake_openai.requests) == 1
+    assert len(fake_openai.requests) == 3  # the call plus two repair requests
+    assert "steps.1: is a subtask" in fake_openai.requests[1].last_user_prompt
     assert [leaf.key for leaf in plan.leaves] == ["a", "b"]
     # b depended on the dropped entry, which came after a: it now waits for a
     assert plan.dependencies["b"] == {"a"}
     (warning,) = plan.warnings
-    assert "deep" in warning and "max_depth=1" in warning
+    assert "'deep' ('dig-deeper')" in warning and "max_depth=1" in warning
 
 
 def test_entries_past_the_ceiling_are_dropped_at_the_last_level_of_a_deeper_plan(
@@ -195,7 +200,7 @@ def test_entries_past_the_ceiling_are_dropped_at_the_last_level_of_a_deeper_plan
     )
     plan = planner(fake_openai, max_depth=2).plan(FRAUD, STATE)
     assert [leaf.key for leaf in plan.leaves] == ["s.a"]
-    assert len(fake_openai.requests) == 2
+    assert len(fake_openai.requests) == 4  # the root, then gather with its two repairs
     assert any("too-deep" in w for w in plan.warnings)
 
 
@@ -231,7 +236,8 @@ def test_a_repair_round_that_succeeds_quotes_the_validation_error(
     plan = planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
     assert plan.leaf("a").task == "check the ledger"
     repair = fake_openai.requests[1]
-    assert "steps.0.agent.task: Field required" in repair.last_user_prompt
+    # max_depth=1: checked against the agent-only schema that was sent (no union tag in the path)
+    assert "steps.0.task: Field required" in repair.last_user_prompt
 
 
 def test_repairs_exhausted_fail_without_a_plan(fake_openai: FakeOpenAIServer) -> None:
@@ -251,14 +257,19 @@ def test_a_cycle_is_sent_back_for_repair(fake_openai: FakeOpenAIServer) -> None:
     )
     plan = planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
     assert plan.dependencies["b"] == {"a"}
-    assert "not an earlier step" in fake_openai.requests[1].last_user_prompt
+    assert "depends on 'b', which has not appeared earlier" in (
+        fake_openai.requests[1].last_user_prompt
+    )
 
 
-def test_a_persistent_cycle_fails_cleanly(fake_openai: FakeOpenAIServer) -> None:
+def test_a_persistent_cycle_loses_the_step_that_looks_ahead(fake_openai: FakeOpenAIServer) -> None:
     cyclic = answer(leaf("a", depends_on=["b"]), leaf("b", depends_on=["a"]))
     fake_openai.responder = lambda request: cyclic
-    with pytest.raises(LlmPlanningError, match="not an earlier step"):
-        planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
+    plan = planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
+    assert [leaf.key for leaf in plan.leaves] == ["b"]
+    assert plan.dependencies["b"] == frozenset()  # what a waited for: nothing earlier
+    (warning,) = plan.warnings
+    assert "dropped step 'a'" in warning and "has not appeared earlier" in warning
 
 
 def test_self_dependency_and_duplicate_ids_are_repaired(fake_openai: FakeOpenAIServer) -> None:
@@ -272,22 +283,26 @@ def test_self_dependency_and_duplicate_ids_are_repaired(fake_openai: FakeOpenAIS
     assert "used twice" in error
 
 
-def test_unknown_agents_are_dropped_with_a_warning(fake_openai: FakeOpenAIServer) -> None:
-    fake_openai.enqueue(
-        answer(leaf("a"), leaf("b", "oracle", "consult the oracle"), leaf("c", "writer"))
-    )
+def test_unknown_agents_get_repair_requests_then_are_dropped_with_a_warning(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    stubborn = answer(leaf("a"), leaf("b", "oracle", "consult the oracle"), leaf("c", "writer"))
+    fake_openai.responder = lambda request: stubborn
     plan = planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
+    assert len(fake_openai.requests) == 3
+    assert (
+        "steps.1.agent: 'oracle' is not one of the available agents (analyst, investigator, "
+        "writer)" in fake_openai.requests[1].last_user_prompt
+    )
     assert [leaf.key for leaf in plan.leaves] == ["a", "c"]
     assert plan.dependencies["c"] == {"a"}
     (warning,) = plan.warnings
-    assert "oracle" in warning and "'b'" in warning
+    assert "'b' ('consult the oracle')" in warning and "'oracle'" in warning
 
 
 def test_disabled_agents_are_not_offered_and_are_dropped(fake_openai: FakeOpenAIServer) -> None:
-    from tests.planning.core.llm_helpers import Agent
-
     agents = (*AGENTS, Agent(slug="retired", name="Retired agent", enabled=False))
-    fake_openai.enqueue(answer(leaf("a"), leaf("b", "retired")))
+    fake_openai.responder = lambda request: answer(leaf("a"), leaf("b", "retired"))
     llm = LlmDecomposition(make_client(fake_openai), agents, max_depth=1)
     plan = llm.plan(FRAUD, STATE)
     assert "retired" not in fake_openai.requests[0].user_prompt
@@ -295,17 +310,20 @@ def test_disabled_agents_are_not_offered_and_are_dropped(fake_openai: FakeOpenAI
 
 
 def test_only_unknown_agents_fail_naming_goal_and_depth(fake_openai: FakeOpenAIServer) -> None:
-    fake_openai.enqueue(answer(leaf("a", "oracle")))
-    with pytest.raises(LlmPlanningError, match=r"no usable step for goal 'investigate-fraud'"):
+    fake_openai.responder = lambda request: answer(leaf("a", "oracle"))
+    with pytest.raises(
+        LlmPlanningError, match=r"no usable step for goal 'investigate-fraud' at depth 0"
+    ):
         planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
 
 
 def test_an_empty_plan_fails_naming_goal_and_depth(fake_openai: FakeOpenAIServer) -> None:
-    fake_openai.enqueue(answer())
-    with pytest.raises(
-        LlmPlanningError, match=r"empty plan for goal 'investigate-fraud' at depth 0"
-    ):
+    fake_openai.responder = lambda request: answer()
+    with pytest.raises(LlmPlanningError) as excinfo:
         planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
+    assert "no usable step for goal 'investigate-fraud' at depth 0" in str(excinfo.value)
+    assert "the answer has no steps" in str(excinfo.value)
+    assert "has no steps" in fake_openai.requests[1].last_user_prompt  # it was asked again
 
 
 def test_an_empty_nested_plan_fails_the_whole_plan(fake_openai: FakeOpenAIServer) -> None:
@@ -400,15 +418,16 @@ def test_the_leaf_budget_fails_cleanly(fake_openai: FakeOpenAIServer) -> None:
     assert excinfo.value.budget == "leaves"
 
 
-def test_the_fanout_budget_fails_cleanly_and_is_stated_in_the_prompt(
+def test_the_fanout_budget_fails_cleanly_after_the_repairs_and_is_stated_in_the_prompt(
     fake_openai: FakeOpenAIServer,
 ) -> None:
-    fake_openai.enqueue(answer(*(leaf(f"l{i}") for i in range(5))))
+    fake_openai.responder = lambda request: answer(*(leaf(f"l{i}") for i in range(5)))
     llm = planner(fake_openai, max_depth=1, budgets=LlmBudgets(max_fanout=4))
     with pytest.raises(BudgetExceeded) as excinfo:
         llm.plan(FRAUD, STATE)
     assert (excinfo.value.budget, excinfo.value.limit, excinfo.value.used) == ("fan_out", 4, 5)
     assert "At most 4 steps" in fake_openai.requests[0].system_prompt
+    assert len(fake_openai.requests) == 3
 
 
 def test_a_repeated_goal_is_answered_from_the_cache(fake_openai: FakeOpenAIServer) -> None:
@@ -460,3 +479,234 @@ def test_leaves_are_plain_agent_assignments(fake_openai: FakeOpenAIServer) -> No
 def test_max_depth_below_one_is_refused(fake_openai: FakeOpenAIServer) -> None:
     with pytest.raises(ValueError, match="max_depth"):
         planner(fake_openai, max_depth=0)
+
+
+# -- what still fails after the repairs is dropped (DESIGN §3) ----------------------------------
+
+
+def test_one_invalid_entry_among_valid_ones_is_dropped_with_a_warning_after_the_repairs(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    no_task = {"id": "b", "agent": "analyst", "rationale": "r", "depends_on": None}
+    stubborn = answer(leaf("a"), no_task, leaf("c", "writer"))
+    fake_openai.responder = lambda request: stubborn
+    records: list[LlmCallRecord] = []
+    plan = planner(fake_openai, max_depth=1, records=records).plan(FRAUD, STATE)
+
+    assert len(fake_openai.requests) == 3  # the call and two repair requests quoting the entry
+    assert all(
+        "steps.1.task: Field required" in r.last_user_prompt for r in fake_openai.requests[1:]
+    )
+    assert [leaf.key for leaf in plan.leaves] == ["a", "c"]
+    assert plan.dependencies["c"] == {"a"}  # c waited for b, which waited for a
+    (warning,) = plan.warnings
+    assert "dropped step 'b'" in warning and "'investigate-fraud'" in warning
+    assert warning.endswith("still invalid after 2 repair request(s): task: Field required")
+    assert plan.leaf("a").provenance.source == "llm:3"
+    assert all(r.error and "steps.1.task" in r.error for r in records)  # the trail says why
+
+
+def test_the_latest_answer_with_usable_entries_is_the_one_kept(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    no_task = {"id": "b", "agent": "analyst", "rationale": "r", "depends_on": None}
+    fake_openai.enqueue(
+        answer(leaf("a"), no_task),
+        answer(leaf("a", "oracle"), no_task),  # worse: nothing usable
+        "not json at all",
+    )
+    plan = planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
+    assert [leaf.key for leaf in plan.leaves] == ["a"]
+    assert plan.leaf("a").provenance.source == "llm:1"
+    assert len(plan.warnings) == 1 and "dropped step 'b'" in plan.warnings[0]
+
+
+def test_an_entry_dropped_in_a_nested_answer_is_a_warning_of_the_whole_plan(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.responder = by_goal(
+        {
+            "investigate-fraud": SEED_ROOT,
+            "prepare-report": answer(leaf("1"), leaf("2", "oracle"), leaf("3", "writer")),
+        }
+    )
+    plan = planner(fake_openai).plan(FRAUD, STATE)
+    assert [leaf.key for leaf in plan.leaves] == [
+        "review-data",
+        "prepare-report.1",
+        "prepare-report.3",
+    ]
+    (warning,) = plan.warnings
+    assert "'prepare-report' at depth 1" in warning
+
+
+# -- the last level is checked against what it was offered --------------------------------------
+
+
+def test_an_all_subtask_answer_at_the_last_level_gets_a_repair_request(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.enqueue(
+        answer(subtask("gather"), subtask("report")), answer(leaf("gather"), leaf("report"))
+    )
+    plan = planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
+    assert [leaf.key for leaf in plan.leaves] == ["gather", "report"]
+    repair = fake_openai.requests[1]
+    assert repair.response_format["json_schema"]["name"] == "agent_plan"
+    assert "- steps.0: is a subtask" in repair.last_user_prompt
+    assert "- steps.1: is a subtask" in repair.last_user_prompt
+    assert "every step must be an agent assignment" in repair.last_user_prompt
+    assert plan.warnings == ()
+
+
+def test_an_answer_over_the_fanout_limit_gets_a_repair_request(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.enqueue(
+        answer(*(leaf(f"l{i}") for i in range(6))), answer(*(leaf(f"l{i}") for i in range(3)))
+    )
+    plan = planner(fake_openai, max_depth=1, budgets=LlmBudgets(max_fanout=4)).plan(FRAUD, STATE)
+    assert [leaf.key for leaf in plan.leaves] == ["l0", "l1", "l2"]
+    assert "the answer has 6 steps; at most 4 are allowed" in (
+        fake_openai.requests[1].last_user_prompt
+    )
+
+
+def test_dropped_entries_can_bring_an_answer_within_the_fanout_limit(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    stubborn = answer(leaf("a"), leaf("b"), leaf("c", "oracle"))
+    fake_openai.responder = lambda request: stubborn
+    llm = planner(fake_openai, max_depth=1, budgets=LlmBudgets(max_fanout=2))
+    plan = llm.plan(FRAUD, STATE)
+    assert [leaf.key for leaf in plan.leaves] == ["a", "b"]
+
+
+# -- only agents that can act on a bare task are offered ----------------------------------------
+
+TOOL_AGENT = Agent(slug="ledger-bot", name="Ledger bot", kind="tool", capabilities=("ledger",))
+
+
+def test_tool_agents_are_not_offered_and_naming_one_gets_a_repair_request(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.enqueue(
+        answer(leaf("pull", "ledger-bot", "pull the ledger")),
+        answer(leaf("pull", "analyst", "pull the ledger")),
+    )
+    llm = LlmDecomposition(make_client(fake_openai), (*AGENTS, TOOL_AGENT), max_depth=1)
+    plan = llm.plan(FRAUD, STATE)
+    first, repair = fake_openai.requests
+    assert "ledger-bot" not in first.user_prompt
+    assert "- investigator: Investigator" in first.user_prompt  # a human agent is offered
+    assert "'ledger-bot' is not one of the available agents" in repair.last_user_prompt
+    assert plan.leaf("pull").agent == "analyst"
+    assert plan.leaf("pull").tool is None
+
+
+def test_without_an_llm_or_human_agent_planning_fails_telling_the_admin_what_to_enable(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    retired = Agent(slug="retired", name="Retired", enabled=False)
+    llm = LlmDecomposition(make_client(fake_openai), (TOOL_AGENT, retired), max_depth=1)
+    with pytest.raises(NoAgentAvailable) as excinfo:
+        llm.plan(FRAUD, STATE)
+    message = str(excinfo.value)
+    assert "'investigate-fraud'" in message
+    assert "'llm' or 'human'" in message and "enable" in message
+    assert isinstance(excinfo.value, LlmPlanningError)
+    assert fake_openai.requests == []  # nothing was asked of the model
+
+
+# -- depends_on names earlier siblings only (seed 002) ------------------------------------------
+
+
+def test_a_forward_reference_gets_a_repair_request_quoting_it(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.enqueue(
+        answer(leaf("1", depends_on=["2"]), leaf("2", depends_on=[])),
+        answer(leaf("1", depends_on=[]), leaf("2", depends_on=["1"])),
+    )
+    plan = planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
+    assert "- steps.0.depends_on: step '1' depends on '2', which has not appeared earlier" in (
+        fake_openai.requests[1].last_user_prompt
+    )
+    assert plan.dependencies["2"] == {"1"}
+
+
+def test_a_persistent_forward_reference_is_dropped_with_a_warning(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.responder = by_goal(
+        {
+            "investigate-fraud": answer(subtask("s", "gather")),
+            "gather": answer(leaf("1"), leaf("2", depends_on=["3"]), leaf("3", depends_on=["1"])),
+        }
+    )
+    plan = planner(fake_openai).plan(FRAUD, STATE)
+    assert [leaf.key for leaf in plan.leaves] == ["s.1", "s.3"]
+    assert plan.dependencies["s.3"] == {"s.1"}
+    (warning,) = plan.warnings
+    assert "dropped step '2'" in warning and "which has not appeared earlier" in warning
+
+
+def test_a_reference_to_no_step_at_all_is_named_as_such(fake_openai: FakeOpenAIServer) -> None:
+    fake_openai.enqueue(answer(leaf("a", depends_on=["ghost"])), answer(leaf("a")))
+    planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
+    assert "depends on 'ghost', which is not the id of any step" in (
+        fake_openai.requests[1].last_user_prompt
+    )
+
+
+# -- concurrency is the client's setting --------------------------------------------------------
+
+
+def test_a_last_level_of_sixty_four_calls_runs_in_one_latency(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    # in one process with the fake server, 64 sends take a few hundred ms: the latency must
+    # exceed that for all 64 to be seen in flight together
+    fake_openai.latency_s = 0.6
+    fake_openai.responder = _tree_responder(8)
+    llm = LlmDecomposition(
+        make_client(fake_openai, max_concurrency=64),
+        AGENTS,
+        max_depth=3,
+        budgets=LlmBudgets(max_calls=100, max_leaves=1000, max_fanout=8),
+    )
+    plan = llm.plan(FRAUD, STATE)
+    assert len(fake_openai.requests) == expected_calls(8, 3) == 73
+    assert len(plan.leaves) == 512
+    assert fake_openai.max_overlap() == 64
+    assert fake_openai.sequential_rounds() == 3
+
+
+def test_a_lower_concurrency_setting_caps_the_calls_in_flight(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.latency_s = 0.1
+    fake_openai.responder = _tree_responder(3)
+    llm = LlmDecomposition(make_client(fake_openai, max_concurrency=2), AGENTS, max_depth=2)
+    llm.plan(FRAUD, STATE)
+    assert fake_openai.max_overlap() == 2
+    assert fake_openai.sequential_rounds() == 3  # the root, then three calls two at a time
+
+
+# -- a planner agent's own system prompt --------------------------------------------------------
+
+
+def test_a_planner_agents_instructions_open_the_system_prompt_and_the_format_stays(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.responder = by_goal({"investigate-fraud": SEED_ROOT, "prepare-report": SEED_REPORT})
+    instructions = "You are the fraud desk's senior planner. Prefer interviews over reports."
+    planner(fake_openai, instructions=instructions).plan(FRAUD, STATE)
+    for request in fake_openai.requests:
+        assert request.system_prompt.startswith(instructions)
+        assert "planning component of CaseHub" not in request.system_prompt
+        assert 'Answer with JSON only: an object {"steps": [...]}' in request.system_prompt
+        assert "Do not decide which steps need human approval" in request.system_prompt
+    nested, last = sorted(fake_openai.requests, key=lambda r: r.started_at)
+    assert "subtask" in nested.system_prompt
+    assert "subtask" not in last.system_prompt.lower()

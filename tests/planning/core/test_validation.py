@@ -105,6 +105,14 @@ def test_disabled_agent_is_refused():
         validate_plan(plan_of(step("s1", agent="retired", tool=None, inputs={})), CATALOGUE)
 
 
+def test_a_tool_agent_leaf_without_a_tool_is_refused_even_without_inputs():
+    # an LLM-planned leaf carries no tool: a tool agent would have nothing to run
+    with pytest.raises(PlanInvalid, match="'s1': tool agent 'support' has no tool to run") as exc:
+        validate_plan(plan_of(step("s1", tool=None, inputs={})), CATALOGUE)
+    assert exc.value.keys == ("s1",)
+    validate_plan(plan_of(step("s2", agent="writer", tool=None, inputs={})), CATALOGUE)
+
+
 def test_tool_not_on_the_agents_allow_list_is_refused():
     with pytest.raises(PlanInvalid, match="'search_knowledge_base' is not allowed for 'support'"):
         validate_plan(
