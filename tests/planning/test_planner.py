@@ -124,7 +124,7 @@ def test_only_the_model_is_taken_from_an_agent_that_sets_no_prompt(
 def test_a_pack_naming_no_planner_agent_plans_with_the_environment(
     monkeypatch: pytest.MonkeyPatch, llm: FakeOpenAIServer
 ) -> None:
-    pack = dataclasses.replace(PACKS["fraud"], input_schema=_AnyInputs)
+    pack = dataclasses.replace(PACKS["fraud"], planner_agent="", input_schema=_AnyInputs)
     monkeypatch.setattr(planner, "enabled_pack", lambda slug: pack)
     Agent.objects.filter(slug="fraud-analyst").update(model="fraud-llama-8b", system_prompt=PROMPT)
     _plan(_case())

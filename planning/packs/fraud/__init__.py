@@ -83,4 +83,6 @@ PACK = DomainPack(
     check_data=check_inputs,
     capabilities=goals.capabilities,
     goal_facts=goals.goal_facts,
+    # LLM and hybrid planning of this pack use this agent's model and system prompt when set.
+    planner_agent="fraud-analyst",
 )
