@@ -97,6 +97,7 @@ def test_database_url_selects_postgresql(tmp_path: Path) -> None:
     assert (conf["db"]["NAME"], conf["db"]["PORT"]) == ("casehub", 5433)
 
 
+@pytest.mark.scenario("W1")
 def test_production_settings_pass_the_deployment_checks(tmp_path: Path) -> None:
     env = {
         k: v

@@ -179,6 +179,7 @@ def test_hybrid_without_a_provider_still_plans_what_static_methods_cover() -> No
     assert materialise_plan(case.pk).outcome == Outcome.MATERIALISED
 
 
+@pytest.mark.scenario("L9")
 def test_llm_plan_at_depth_two_records_and_audits_every_call(fake_openai: FakeOpenAIServer) -> None:
     fake_openai.responder = fraud_plan_responder
     with _llm(fake_openai):
@@ -268,6 +269,7 @@ def test_a_failing_llm_leaves_plan_failed_and_no_plan_rows(fake_openai: FakeOpen
     assert _actions(case)[-1] == "planning.plan.failed"
 
 
+@pytest.mark.scenario("L5")
 def test_exceeding_the_call_budget_fails_cleanly(fake_openai: FakeOpenAIServer) -> None:
     fake_openai.responder = fraud_plan_responder
     with _llm(fake_openai), override_settings(CASEHUB_LLM_MAX_CALLS=1):

@@ -104,6 +104,7 @@ def test_unknown_dependency_is_refused_naming_both_keys():
     assert exc.value.keys == ("b", "ghost")
 
 
+@pytest.mark.scenario("L4")
 def test_cycle_is_refused_naming_its_keys():
     with pytest.raises(PlanInvalid, match="dependency cycle") as exc:
         DagPlan.build(group("root", leaf("a", ("c",)), leaf("b", ("a",)), leaf("c", ("b",))))

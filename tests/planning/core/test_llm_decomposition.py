@@ -383,6 +383,7 @@ def test_depth_three_runs_in_three_rounds(fake_openai: FakeOpenAIServer) -> None
     assert plan.leaf("s0.s1.l2").provenance.depth == 3
 
 
+@pytest.mark.scenario("L5")
 def test_the_call_budget_fails_cleanly_and_cancels_outstanding_work(
     fake_openai: FakeOpenAIServer,
 ) -> None:
@@ -397,6 +398,7 @@ def test_the_call_budget_fails_cleanly_and_cancels_outstanding_work(
     assert not [t for t in threading.enumerate() if t.name.startswith("casehub-plan")]
 
 
+@pytest.mark.scenario("L5")
 def test_the_token_budget_fails_cleanly(fake_openai: FakeOpenAIServer) -> None:
     def respond(request: RecordedRequest) -> Reply:
         steps = [subtask("s"), subtask("t")] if goal_of(request) == FRAUD.name else [leaf("a")]

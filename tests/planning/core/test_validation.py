@@ -113,6 +113,7 @@ def test_a_tool_agent_leaf_without_a_tool_is_refused_even_without_inputs():
     validate_plan(plan_of(step("s2", agent="writer", tool=None, inputs={})), CATALOGUE)
 
 
+@pytest.mark.scenario("L2")
 def test_tool_not_on_the_agents_allow_list_is_refused():
     with pytest.raises(PlanInvalid, match="'search_knowledge_base' is not allowed for 'support'"):
         validate_plan(
@@ -170,6 +171,7 @@ def test_resolve_inputs_substitutes_upstream_outputs():
         resolve_inputs({"order_id": ref("s9")}, outputs)
 
 
+@pytest.mark.scenario("L4")
 def test_limits_on_leaves_fan_out_and_depth():
     plan = plan_of(*(step(f"s{i}") for i in range(4)))
     with pytest.raises(PlanInvalid, match="4 leaves, limit 3"):
