@@ -36,6 +36,7 @@ from ninja.parser import Parser
 from ninja.security import HttpBearer
 from pydantic import ConfigDict
 
+from oversight.api import router as oversight_router
 from planning import actions, rules
 from planning.api import Message, ServerError, ValidationMessage
 from planning.api import router as planning_router
@@ -367,6 +368,7 @@ def create_token(request: HttpRequest, credentials: TokenIn) -> Any:
 # One line per app; the fallback stays last, since the first matching path wins.
 
 api.add_router("", planning_router)
+api.add_router("", oversight_router)
 
 
 class _AnyPathConverter(PathConverter):

@@ -194,6 +194,8 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(CASEHUB_RECONCILE_INTERVAL_S),
     },
 }
+# Ed25519 keys that sign audit export bundles: kept outside the database, never in a backup of it.
+CASEHUB_SIGNING_KEY_DIR = Path(env_str("CASEHUB_SIGNING_KEY_DIR", str(VAR_DIR / "signing-keys")))
 CASEHUB_HEARTBEAT_INTERVAL_S = env_int("CASEHUB_HEARTBEAT_INTERVAL_S", 5)
 CASEHUB_HEARTBEAT_STALE_S = env_int("CASEHUB_HEARTBEAT_STALE_S", 30)
 

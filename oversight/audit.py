@@ -1,16 +1,16 @@
 """Append and verify hash-chained audit events.
 
 This module imports nothing else of the apps, so every app may write its events through it
-without an import running back up (STYLE: dependencies point one way).
+without an import running back up (STYLE: dependencies point one way). The chain rules
+themselves (canonical JSON, the event hash, verification) are those of `casehub_verify.py`, the
+standalone verifier auditors run, so there is one implementation of them.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -19,45 +19,38 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.utils import timezone
 
+import casehub_verify
+from casehub_verify import (
+    GENESIS_HASH,
+    ChainProblem,
+    ChainVerifier,
+    canonical_json,
+    event_hash,
+    format_time,
+)
 from oversight.models import ActorKind, AuditChainHead, AuditEvent
 
-GENESIS_HASH = "0" * 64
+__all__ = [
+    "GENESIS_HASH",
+    "SYSTEM_CHAIN",
+    "Actor",
+    "ChainProblem",
+    "append_event",
+    "canonical_json",
+    "case_chain",
+    "check_chain",
+    "event_hash",
+    "event_record",
+    "verify_chain",
+    "verify_events",
+]
+
 SYSTEM_CHAIN = "system"
 
 
 def case_chain(case_id: int) -> str:
     """Return the name of the audit chain of one case."""
     return f"case:{case_id}"
-
-
-def canonical_json(value: Any) -> str:
-    """Serialise a JSON value canonically: sorted keys, no spaces, UTF-8 kept."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def event_hash(
-    *,
-    chain: str,
-    seq: int,
-    time: datetime,
-    actor_kind: str,
-    actor: str,
-    action: str,
-    data: Any,
-    prev_hash: str,
-) -> str:
-    """Return the SHA-256 over the canonical JSON of an event and its predecessor's hash."""
-    body = {
-        "chain": chain,
-        "seq": seq,
-        "time": time.isoformat(timespec="microseconds"),
-        "actor_kind": actor_kind,
-        "actor": actor,
-        "action": action,
-        "data": data,
-        "prev_hash": prev_hash,
-    }
-    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,50 +134,37 @@ def append_event(
     return event
 
 
-@dataclass(frozen=True, slots=True)
-class ChainProblem:
-    """One break in a chain: the sequence number where it shows and what is wrong."""
-
-    seq: int
-    problem: str
+def event_record(event: AuditEvent) -> dict[str, Any]:
+    """Return an event as the chain rules see it: every field its hash covers, and the hash."""
+    return {
+        "chain": event.chain,
+        "seq": event.seq,
+        "time": format_time(event.time),
+        "actor_kind": event.actor_kind,
+        "actor": event.actor_label,
+        "action": event.action,
+        "data": event.data,
+        "prev_hash": event.prev_hash,
+        "hash": event.hash,
+    }
 
 
 def verify_events(events: Iterable[AuditEvent], chain: str) -> list[ChainProblem]:
-    """Check that events form one unbroken chain from the genesis hash; return every break."""
-    problems: list[ChainProblem] = []
-    expected_seq = 1
-    prev_hash = GENESIS_HASH
-    for event in events:
-        if event.chain != chain:
-            problems.append(ChainProblem(event.seq, f"belongs to chain {event.chain!r}"))
-            continue
-        if event.seq != expected_seq:
-            problems.append(ChainProblem(event.seq, f"expected sequence {expected_seq}"))
-        if event.prev_hash != prev_hash:
-            problems.append(ChainProblem(event.seq, "prev_hash does not match the previous event"))
-        recomputed = event_hash(
-            chain=event.chain,
-            seq=event.seq,
-            time=event.time,
-            actor_kind=event.actor_kind,
-            actor=event.actor_label,
-            action=event.action,
-            data=event.data,
-            prev_hash=event.prev_hash,
-        )
-        if recomputed != event.hash:
-            problems.append(ChainProblem(event.seq, "hash does not match the event's content"))
-        expected_seq = event.seq + 1
-        prev_hash = event.hash
-    return problems
+    """Check that stored events form one chain from the genesis hash; return every break."""
+    return casehub_verify.verify_events((event_record(event) for event in events), chain)
+
+
+def check_chain(chain: str) -> ChainVerifier:
+    """Check one stored chain event by event and against its head; return what was found."""
+    verifier = ChainVerifier(chain)
+    for event in AuditEvent.objects.filter(chain=chain).order_by("seq").iterator(chunk_size=2000):
+        verifier.add(event_record(event))
+    head = AuditChainHead.objects.filter(chain=chain).first()
+    if head is not None:
+        verifier.check_head(head.seq, head.head_hash)
+    return verifier
 
 
 def verify_chain(chain: str) -> list[ChainProblem]:
-    """Verify one stored chain, including that its head matches the last event."""
-    events = AuditEvent.objects.filter(chain=chain).order_by("seq")
-    problems = verify_events(events.iterator(), chain)
-    head = AuditChainHead.objects.filter(chain=chain).first()
-    last = events.last()
-    if head is not None and (last is None or head.head_hash != last.hash or head.seq != last.seq):
-        problems.append(ChainProblem(head.seq, "chain head does not match the last event"))
-    return problems
+    """Verify one stored chain and that its head matches the last event; return every break."""
+    return check_chain(chain).problems
