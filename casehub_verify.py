@@ -476,8 +476,11 @@ def _event_shape_problem(record: Any) -> str | None:
     return None
 
 
-def _verify_events_file(reader: _MemberReader, chain: str, report: BundleReport) -> ChainVerifier:
+def _verify_events_file(
+    reader: _MemberReader, chain: str, report: BundleReport, hashes_wanted: Collection[int] = ()
+) -> tuple[ChainVerifier, dict[int, str]]:
     verifier = ChainVerifier(chain)
+    hashes: dict[int, str] = {}
     for number, line in enumerate(reader.lines(), start=1):
         try:
             record = json.loads(line)
@@ -499,10 +502,54 @@ def _verify_events_file(reader: _MemberReader, chain: str, report: BundleReport)
                 )
             )
         verifier.add(record)
+        if record["seq"] in hashes_wanted:
+            hashes[record["seq"]] = record["hash"]
     report.problems.extend(
         BundleProblem(EVENTS_JSONL, problem.seq, problem.problem) for problem in verifier.problems
     )
-    return verifier
+    return verifier, hashes
+
+
+def _checkpoint_seq(manifest: Mapping[str, Any], chain: str, report: BundleReport) -> int | None:
+    checkpoint = manifest.get("checkpoint")
+    if checkpoint is None:
+        return None
+    if (
+        not isinstance(checkpoint, dict)
+        or checkpoint.get("chain") != chain
+        or type(checkpoint.get("seq")) is not int
+        or not isinstance(checkpoint.get("head_hash"), str)
+    ):
+        report.problems.append(
+            BundleProblem(MANIFEST, None, "changed: its checkpoint is not one of this chain")
+        )
+        return None
+    seq: int = checkpoint["seq"]
+    return seq
+
+
+def _check_checkpoint(
+    manifest: Mapping[str, Any], seq: int, hashes: Mapping[int, str], report: BundleReport
+) -> None:
+    checkpoint = manifest["checkpoint"]
+    if seq not in hashes:
+        report.problems.append(
+            BundleProblem(
+                EVENTS_JSONL,
+                seq,
+                f"rollback: the checkpoint of {checkpoint.get('time')} saw seq {seq}, "
+                "which the file does not hold",
+            )
+        )
+    elif hashes[seq] != checkpoint["head_hash"]:
+        report.problems.append(
+            BundleProblem(
+                EVENTS_JSONL,
+                seq,
+                f"rewritten: seq {seq} is not the event the checkpoint of "
+                f"{checkpoint.get('time')} saw",
+            )
+        )
 
 
 def _check_manifest_counts(
@@ -636,13 +683,17 @@ def verify_bundle(
     if not isinstance(chain, str):
         report.problems.append(BundleProblem(MANIFEST, None, "changed: the scope names no chain"))
         return report
-    verifier = _verify_events_file(events_reader, chain, report)
+    checkpoint_seq = _checkpoint_seq(manifest, chain, report)
+    wanted = () if checkpoint_seq is None else (checkpoint_seq,)
+    verifier, hashes = _verify_events_file(events_reader, chain, report, wanted)
     report.events = verifier.count
     _check_digest(manifest, events_reader, report)
     for _ in csv_reader.chunks():
         pass
     _check_digest(manifest, csv_reader, report)
     _check_manifest_counts(manifest, verifier, report)
+    if checkpoint_seq is not None:
+        _check_checkpoint(manifest, checkpoint_seq, hashes, report)
     return report
 
 

@@ -188,14 +188,24 @@ CELERY_RESULT_EXPIRES = 3600
 CASEHUB_PLANNING_LEASE_S = env_int("CASEHUB_PLANNING_LEASE_S", 900, minimum=1)
 CASEHUB_PLANNING_MAX_ATTEMPTS = env_int("CASEHUB_PLANNING_MAX_ATTEMPTS", 3, minimum=1)
 CASEHUB_RECONCILE_INTERVAL_S = env_int("CASEHUB_RECONCILE_INTERVAL_S", 30, minimum=1)
+# Every audit chain is verified and checkpointed this often (seconds).
+CASEHUB_AUDIT_CHECKPOINT_INTERVAL_S = env_int(
+    "CASEHUB_AUDIT_CHECKPOINT_INTERVAL_S", 3600, minimum=1
+)
 CELERY_BEAT_SCHEDULE = {
     "planning-reconcile": {
         "task": "planning.reconcile_planning",
         "schedule": float(CASEHUB_RECONCILE_INTERVAL_S),
     },
+    "audit-checkpoints": {
+        "task": "oversight.write_audit_checkpoints",
+        "schedule": float(CASEHUB_AUDIT_CHECKPOINT_INTERVAL_S),
+    },
 }
 # Ed25519 keys that sign audit export bundles: kept outside the database, never in a backup of it.
 CASEHUB_SIGNING_KEY_DIR = Path(env_str("CASEHUB_SIGNING_KEY_DIR", str(VAR_DIR / "signing-keys")))
+# Signed checkpoints of every audit chain, outside the database (one JSON-lines file a chain).
+CASEHUB_AUDIT_ANCHOR_DIR = Path(env_str("CASEHUB_AUDIT_ANCHOR_DIR", str(VAR_DIR / "audit-anchors")))
 CASEHUB_HEARTBEAT_INTERVAL_S = env_int("CASEHUB_HEARTBEAT_INTERVAL_S", 5)
 CASEHUB_HEARTBEAT_STALE_S = env_int("CASEHUB_HEARTBEAT_STALE_S", 30)
 

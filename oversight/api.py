@@ -15,7 +15,8 @@ from django.http import FileResponse, HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.pagination import paginate
 
-from oversight.audit import case_chain, check_chain
+from oversight.anchors import verify_anchored_chain
+from oversight.audit import case_chain
 from oversight.export import export_case_bundle
 from oversight.models import AuditEvent
 from oversight.signing import current_key_id, public_keys
@@ -53,7 +54,7 @@ class ProblemOut(Schema):
     seq: int
     problem: str = Field(
         description="Starts with the kind of break: changed, missing, reordered, unlinked, "
-        "foreign or head."
+        "foreign, head, or against the last checkpoint: rollback, rewritten, checkpoint."
     )
 
 
@@ -129,14 +130,14 @@ def export_audit(request: HttpRequest, scope: Query[CaseScope]) -> Any:
     summary="Verify a case's stored audit chain",
 )
 def verify_audit(request: HttpRequest, scope: Query[CaseScope]) -> Any:
-    """Check the case's stored chain against the chain rules; list every break.
+    """Check the case's stored chain by the chain rules and its last checkpoint; list every break.
 
     403 unless you are an auditor; 404 when the case does not exist.
     """
     user = request_user(request)
     _require_exporter(user)
     case = case_for(user, scope.case)
-    verification = check_chain(case_chain(case.pk))
+    verification = verify_anchored_chain(case_chain(case.pk))
     return VerificationOut(
         ok=not verification.problems,
         events=verification.count,

@@ -2,10 +2,10 @@
 
 The bundle is a zip of stored members, in this order: `events.jsonl` (one event a line in
 canonical JSON, every field its hash covers), `events.csv` (the same events for spreadsheets,
-every cell made inert), `manifest.json` (scope, counts, head, exporter, time, key and the SHA-256
-of both event files) and `manifest.sig` (the Ed25519 signature of manifest.json's bytes). Events
-are read in chunks and written straight into a temporary file, so memory stays flat whatever the
-chain's length.
+every cell made inert), `manifest.json` (scope, counts, head, the chain's latest checkpoint,
+exporter, time, key and the SHA-256 of both event files) and `manifest.sig` (the Ed25519
+signature of manifest.json's bytes). Events are read in chunks and written straight into a
+temporary file, so memory stays flat whatever the chain's length.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from django.utils import timezone
 
 import casehub_verify
 from casehub_verify import canonical_json
+from oversight.anchors import latest_checkpoint
 from oversight.audit import SYSTEM_CHAIN, append_event, case_chain, event_record
 from oversight.models import AuditChainHead, AuditEvent
 from oversight.signing import SigningKey, current_key
@@ -118,9 +119,11 @@ def write_case_bundle(
 ) -> BundleSummary:
     """Write the bundle of one case's audit chain to a seekable binary file.
 
-    Raises RuntimeError (from zipfile) when an events file would pass 2 GiB.
+    The manifest carries the chain's latest checkpoint (or null). Raises ValueError when that
+    checkpoint cannot be read, RuntimeError (from zipfile) when an events file would pass 2 GiB.
     """
     chain = case_chain(case_id)
+    checkpoint = latest_checkpoint(chain)
     head = AuditChainHead.objects.filter(chain=chain).first()
     head_seq, head_hash = (head.seq, head.head_hash) if head else (0, casehub_verify.GENESIS_HASH)
     with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as bundle:
@@ -138,6 +141,7 @@ def write_case_bundle(
             "last_seq": last_seq,
             "head_seq": head_seq,
             "head_hash": head_hash,
+            "checkpoint": checkpoint.as_dict() if checkpoint is not None else None,
             "exported_by": exporter.get_username(),
             "exported_at": casehub_verify.format_time(timezone.now()),
             "key_id": key.key_id,
@@ -158,7 +162,7 @@ def write_case_bundle(
 def _file_sha256(handle: IO[bytes]) -> str:
     digest = hashlib.sha256()
     handle.seek(0)
-    while chunk := handle.read(1 << 20):
+    while chunk := handle.read(1 << 16):
         digest.update(chunk)
     handle.seek(0)
     return digest.hexdigest()
