@@ -106,6 +106,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not memory, so that worker subprocesses in the integration tests share it.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-casehub.sqlite3")}
 
+# PostgreSQL with two roles (scripts/setup-postgres-roles.sql): migrations run as the tables' owner
+# and leave the application's role, named here, with INSERT and SELECT only on the audit events.
+CASEHUB_DB_APP_ROLE = env_str("CASEHUB_DB_APP_ROLE")
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

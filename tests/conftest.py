@@ -55,6 +55,37 @@ def _demo_erp_in_the_test_database() -> None:
     )
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None) -> Iterator[None]:
+    """Let the flush between transactional tests empty the audit table of the test databases.
+
+    The flush (TRUNCATE on PostgreSQL, DELETE on SQLite) is refused by the append-only triggers,
+    so it runs with them suspended for its own transaction, on the test databases only; every test
+    body meets them in force.
+    """
+    from django.db import connections, transaction
+    from django.db.backends.base.operations import BaseDatabaseOperations
+
+    from tests.audit_triggers import audit_triggers_suspended
+
+    test_databases = {alias: connections[alias].settings_dict["NAME"] for alias in connections}
+    original = BaseDatabaseOperations.execute_sql_flush
+
+    def execute_sql_flush(ops: BaseDatabaseOperations, sql_list: list[str]) -> None:
+        conn = ops.connection
+        if test_databases.get(conn.alias) != conn.settings_dict["NAME"]:
+            original(ops, sql_list)
+            return
+        with transaction.atomic(using=conn.alias), audit_triggers_suspended(conn):
+            original(ops, sql_list)
+
+    BaseDatabaseOperations.execute_sql_flush = execute_sql_flush  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        BaseDatabaseOperations.execute_sql_flush = original  # type: ignore[method-assign]
+
+
 # Personas ---------------------------------------------------------------------------------------
 
 
