@@ -58,6 +58,19 @@ def env_int(
     return value
 
 
+def env_choice(
+    name: str, choices: tuple[str, ...], default: str, environ: Mapping[str, str] = os.environ
+) -> str:
+    """Return the variable when it is one of `choices`, or the default when unset or blank.
+
+    Raises ConfigError on any other value, naming the choices.
+    """
+    value = env_str(name, default, environ)
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+    return value
+
+
 def env_list(name: str, default: list[str], environ: Mapping[str, str] = os.environ) -> list[str]:
     """Return the variable split on commas, blanks dropped."""
     raw = environ.get(name)

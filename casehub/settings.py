@@ -8,7 +8,7 @@ from pathlib import Path
 import dj_database_url
 from django.utils.csp import CSP
 
-from casehub.env import ConfigError, env_bool, env_int, env_list, env_str
+from casehub.env import ConfigError, env_bool, env_choice, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("CASEHUB_VAR_DIR", str(BASE_DIR / "var")))
@@ -221,6 +221,12 @@ CASEHUB_LLM_TIMEOUT_S = env_int("CASEHUB_LLM_TIMEOUT_S", 60, minimum=1)
 CASEHUB_LLM_MAX_RETRIES = env_int("CASEHUB_LLM_MAX_RETRIES", 2, minimum=0)
 # LLM calls in flight at once in one planning run (a level of b^(d-1) calls runs in one latency).
 CASEHUB_LLM_CONCURRENCY = env_int("CASEHUB_LLM_CONCURRENCY", 64, minimum=1)
+# Every call bounds its answer: this ceiling, or what is left of the case's token budget.
+CASEHUB_LLM_MAX_TOKENS_PER_CALL = env_int("CASEHUB_LLM_MAX_TOKENS_PER_CALL", 2048, minimum=16)
+# json_object for servers without json_schema output (the schema then goes in the prompt).
+CASEHUB_LLM_RESPONSE_FORMAT = env_choice(
+    "CASEHUB_LLM_RESPONSE_FORMAT", ("json_schema", "json_object"), "json_schema"
+)
 # Budgets of one planning run: exceeding one fails planning cleanly.
 CASEHUB_LLM_MAX_CALLS = env_int("CASEHUB_LLM_MAX_CALLS", 60, minimum=1)
 CASEHUB_LLM_MAX_TOKENS = env_int("CASEHUB_LLM_MAX_TOKENS", 500_000, minimum=1)

@@ -43,6 +43,12 @@ def llm_settings(model: str = "") -> LlmSettings:
             timeout_s=float(settings.CASEHUB_LLM_TIMEOUT_S),
             max_retries=settings.CASEHUB_LLM_MAX_RETRIES,
             max_concurrency=settings.CASEHUB_LLM_CONCURRENCY,
+            max_tokens_per_call=settings.CASEHUB_LLM_MAX_TOKENS_PER_CALL,
+            response_format=(
+                "json_object"
+                if settings.CASEHUB_LLM_RESPONSE_FORMAT == "json_object"
+                else "json_schema"
+            ),
         )
     except ValueError as exc:
         raise PlanningUnavailable(f"The LLM settings are invalid: {exc}.") from exc

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from casehub.env import ConfigError, env_bool, env_int, env_list, env_str
+from casehub.env import ConfigError, env_bool, env_choice, env_int, env_list, env_str
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -31,6 +31,14 @@ def test_env_helpers_refuse_malformed_values_by_name() -> None:
     with pytest.raises(ConfigError, match="CASEHUB_LLM_CONCURRENCY must be at least 1, not 0"):
         env_int("CASEHUB_LLM_CONCURRENCY", 64, environ={"CASEHUB_LLM_CONCURRENCY": "0"}, minimum=1)
     assert env_int("N", 5, environ={}, minimum=1) == 5
+
+
+def test_a_choice_setting_takes_one_of_its_values_and_names_them_otherwise() -> None:
+    formats = ("json_schema", "json_object")
+    assert env_choice("F", formats, "json_schema", environ={}) == "json_schema"
+    assert env_choice("F", formats, "json_schema", environ={"F": " json_object "}) == "json_object"
+    with pytest.raises(ConfigError, match="F must be one of json_schema, json_object, not 'text'"):
+        env_choice("F", formats, "json_schema", environ={"F": "text"})
 
 
 def _settings_in_subprocess(

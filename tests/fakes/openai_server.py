@@ -15,7 +15,10 @@ an explanatory error (so a test that forgot to script a reply fails loudly).
 
 A reply is a ``str`` (the assistant message content), a ``dict``/``list`` (serialised to JSON and
 used as the content) or a :class:`FakeReply` (content plus status code, token counts, extra
-latency). Every request is recorded as a :class:`RecordedRequest` (body, messages, monotonic start
+latency, ``finish_reason``). ``refuse_json_schema=True`` makes the server answer every
+``json_schema`` request with HTTP 400, as servers without structured output support do;
+``refuse_response_schema=True`` refuses a ``schema`` inside a ``json_object`` response format.
+Every request is recorded as a :class:`RecordedRequest` (body, messages, monotonic start
 and end times) whatever its outcome; :meth:`FakeOpenAIServer.max_overlap` reports how many requests
 were in flight at once, which is how tests check concurrency without timing assertions.
 
@@ -66,6 +69,7 @@ class FakeReply:
     extra_latency_s: float = 0.0
     error_message: str = "fake server error"
     should_retry: bool | None = None  # sent as ``x-should-retry``; None: the client decides
+    finish_reason: str = "stop"  # "length": the answer was cut off at max_tokens
 
 
 Reply = str | dict[str, Any] | list[Any] | FakeReply
@@ -118,6 +122,12 @@ class RecordedRequest:
         return value if isinstance(value, dict) else {}
 
     @property
+    def max_tokens(self) -> int | None:
+        """Return the ``max_tokens`` the client asked for (None when absent)."""
+        value = self.body.get("max_tokens")
+        return value if isinstance(value, int) else None
+
+    @property
     def json_schema(self) -> dict[str, Any]:
         """Return the JSON schema of a ``json_schema`` response format ({} when absent)."""
         spec = self.response_format.get("json_schema") or {}
@@ -144,8 +154,12 @@ class FakeOpenAIServer:
         model: str = "fake-model",
         api_key: str = "test-key",
         responder: Responder | None = None,
+        refuse_json_schema: bool = False,
+        refuse_response_schema: bool = False,
     ) -> None:
         self.latency_s = latency_s
+        self.refuse_json_schema = refuse_json_schema
+        self.refuse_response_schema = refuse_response_schema
         self.model = model
         self.api_key = api_key
         self.responder = responder
@@ -411,6 +425,14 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             if not self.path.rstrip("/").endswith("/chat/completions"):
                 self._send(404, _error("not found: " + self.path), record)
                 return
+            if server.refuse_json_schema and record.response_format.get("type") == "json_schema":
+                message = "response_format type must be one of: text, json_object"
+                self._send(400, _error(message), record)
+                return
+            if server.refuse_response_schema and "schema" in record.response_format:
+                message = "Unrecognized request argument supplied: response_format.schema"
+                self._send(400, _error(message), record)
+                return
             try:
                 scripted = server._next_reply(record)
             except Exception as exc:  # a responder bug must surface in the test, not hang it
@@ -451,7 +473,7 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                     {
                         "index": 0,
                         "message": {"role": "assistant", "content": reply.content},
-                        "finish_reason": "stop",
+                        "finish_reason": reply.finish_reason,
                         "logprobs": None,
                     }
                 ],

@@ -83,3 +83,30 @@ def test_a_failing_llm_leaves_the_case_plan_failed_with_no_plan_rows(
     assert case.error
     assert not PlanVersion.objects.filter(case=case).exists()
     assert not PlanNode.objects.exists()
+
+
+@pytest.mark.scenario("L1")
+def test_an_answer_cut_off_twice_fails_the_case_saying_so_and_saves_no_plan(
+    llm_worker_process: Any, fake_openai: FakeOpenAIServer
+) -> None:
+    fake_openai.responder = lambda request: FakeReply(
+        content='{"steps": [{"id": "1", "agent": "fraud-analyst", "task": "re',
+        finish_reason="length",
+    )
+    case = _settled(_submit(goal="investigate-fraud", strategy="llm", max_depth=1))
+    assert case.status == CaseStatus.PLAN_FAILED
+    assert "was cut off again, after a request for a shorter answer" in case.error
+    assert "not valid JSON" not in case.error
+    assert all(request.max_tokens for request in fake_openai.requests)
+    assert not PlanVersion.objects.filter(case=case).exists()
+
+
+def test_a_server_without_json_schema_support_still_plans_the_case(
+    llm_worker_process: Any, fake_openai: FakeOpenAIServer
+) -> None:
+    fake_openai.refuse_json_schema = True
+    fake_openai.responder = fraud_plan_responder
+    case = _settled(_submit(goal="investigate-fraud", strategy="llm", max_depth=2))
+    assert case.status == CaseStatus.AWAITING_APPROVAL, case.error
+    formats = [request.response_format["type"] for request in fake_openai.requests]
+    assert formats[0] == "json_schema" and set(formats[1:]) == {"json_object"}

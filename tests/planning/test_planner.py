@@ -162,6 +162,20 @@ def test_llm_settings_out_of_range_make_planning_unavailable_naming_the_setting(
         planner.llm_settings()
 
 
+def test_the_per_call_token_ceiling_and_the_response_format_reach_the_client() -> None:
+    assert planner.llm_settings().max_tokens_per_call == settings.CASEHUB_LLM_MAX_TOKENS_PER_CALL
+    with override_settings(
+        OPENAI_API_KEY="k",
+        CASEHUB_LLM_MAX_TOKENS_PER_CALL=512,
+        CASEHUB_LLM_RESPONSE_FORMAT="json_object",
+    ):
+        chosen = planner.llm_settings()
+    assert (chosen.max_tokens_per_call, chosen.response_format) == (512, "json_object")
+    lines = (ROOT / ".env.example").read_text().splitlines()
+    assert "CASEHUB_LLM_MAX_TOKENS_PER_CALL=2048" in lines
+    assert "CASEHUB_LLM_RESPONSE_FORMAT=json_schema" in lines
+
+
 def test_the_concurrency_setting_is_read_from_the_environment_and_defaults_to_64(
     tmp_path: Path,
 ) -> None:

@@ -7,6 +7,16 @@ asks for JSON-schema structured output (Chat Completions, ``strict``), re-valida
 with the caller's validator and reports a :class:`LlmCallRecord` of every call, successful or
 not, to the ``on_call`` hook so the caller can audit it. The connection pool keeps a connection
 alive for every call that may be in flight at once (``max_concurrency``).
+
+Every request bounds its answer (``max_tokens``); an answer the server cut off at that bound
+(``finish_reason: "length"``) is reported as truncated and never parsed. A request the server
+refuses (HTTP 4xx) is not retried and is reported with the server's own message.
+
+Structured output steps down, once per client, when the server refuses a form of it: strict
+``json_schema`` first; then ``json_object`` carrying the schema in ``response_format.schema`` (the
+form llama.cpp's servers turn into a grammar) and in the system prompt; then plain ``json_object``
+with the schema in the system prompt only. ``response_format="json_object"`` starts at the second
+form. The answer is validated the same way whatever the server enforced.
 """
 
 from __future__ import annotations
@@ -18,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import httpx2
 import openai
@@ -34,12 +44,16 @@ __all__ = [
     "LlmNotConfigured",
     "LlmResult",
     "LlmSettings",
+    "ResponseFormat",
     "extract_json",
     "format_problems",
     "format_validation_error",
     "parse_response",
     "request_hash",
+    "schema_instructions",
+    "server_message",
     "strict_json_schema",
+    "with_schema_in_prompt",
 ]
 
 _OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -47,6 +61,17 @@ _OPENAI_BASE_URL = "https://api.openai.com/v1"
 _PLACEHOLDER_KEY = "not-needed"
 
 type ChatMessage = Mapping[str, str]
+type ResponseFormat = Literal["json_schema", "json_object"]
+
+RESPONSE_FORMATS: tuple[ResponseFormat, ...] = ("json_schema", "json_object")
+# the forms of structured output, strongest first; a refusal steps down to the next
+_JSON_SCHEMA, _JSON_OBJECT_WITH_SCHEMA, _JSON_OBJECT = range(3)
+DEFAULT_MAX_TOKENS_PER_CALL = 2048
+# how much of a refused request's server message is kept in the error (servers quote the prompt)
+_SERVER_MESSAGE_CHARS = 500
+# words in a refusal that say the server cannot do json_schema output (llama.cpp, Ollama, vLLM,
+# LM Studio and proxies word it differently; all name the field or the feature)
+_SCHEMA_REFUSAL = re.compile(r"json_schema|response_format|response format|schema|grammar", re.I)
 
 
 class LlmNotConfigured(LlmPlanningError):
@@ -63,7 +88,11 @@ class LlmNotConfigured(LlmPlanningError):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LlmSettings:
-    """Where the model lives, how patiently to call it and how many calls may run at once."""
+    """Where the model lives, how patiently to call it and how many calls may run at once.
+
+    `max_tokens_per_call` bounds every answer; `response_format` is the structured output asked
+    for (``json_object`` for servers without ``json_schema`` support).
+    """
 
     api_key: str | None = field(default=None, repr=False)
     base_url: str | None = None
@@ -71,6 +100,8 @@ class LlmSettings:
     timeout_s: float
     max_retries: int
     max_concurrency: int
+    max_tokens_per_call: int = DEFAULT_MAX_TOKENS_PER_CALL
+    response_format: ResponseFormat = "json_schema"
 
     def __post_init__(self) -> None:
         if self.timeout_s <= 0:
@@ -81,6 +112,13 @@ class LlmSettings:
             raise ValueError("max_concurrency must be between 1 and 1024")
         if not self.model.strip():
             raise ValueError("model must not be empty")
+        if not 16 <= self.max_tokens_per_call <= 1_000_000:
+            raise ValueError("max_tokens_per_call must be between 16 and 1000000")
+        if self.response_format not in RESPONSE_FORMATS:
+            raise ValueError(
+                f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, "
+                f"not {self.response_format!r}"
+            )
 
     @property
     def is_configured(self) -> bool:
@@ -133,6 +171,8 @@ class LlmResult[T]:
     prompt_tokens: int
     completion_tokens: int
     latency_s: float
+    truncated: bool = False  # cut off at max_tokens: never parsed, `validation_error` says so
+    max_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -268,6 +308,7 @@ class _Message(BaseModel):
 
 class _Choice(BaseModel):
     message: _Message
+    finish_reason: str | None = None
 
 
 class _Usage(BaseModel):
@@ -280,6 +321,28 @@ class _Completion(BaseModel):
 
     choices: list[_Choice] = []
     usage: _Usage | None = None
+
+
+def schema_instructions(schema_name: str, json_schema: Mapping[str, Any]) -> str:
+    """Return the system-prompt text that carries the schema when the server cannot enforce it."""
+    return (
+        f"Your answer must be one JSON object (named {schema_name!r}) that matches this JSON "
+        "schema exactly: every property it lists, no others.\n"
+        + json.dumps(json_schema, separators=(",", ":"), ensure_ascii=False)
+    )
+
+
+def with_schema_in_prompt(
+    messages: Sequence[ChatMessage], schema_name: str, json_schema: Mapping[str, Any]
+) -> list[dict[str, str]]:
+    """Return the messages with the schema appended to the system message (or one added)."""
+    text = schema_instructions(schema_name, json_schema)
+    out = [dict(m) for m in messages]
+    for message in out:
+        if message.get("role") == "system":
+            message["content"] = f"{message.get('content', '')}\n\n{text}"
+            return out
+    return [{"role": "system", "content": text}, *out]
 
 
 class LlmClient:
@@ -302,6 +365,8 @@ class LlmClient:
         self._lock = threading.Lock()
         self._calls = 0
         self._closed = False
+        # the form of structured output the next request asks for; lowered when one is refused
+        self._form = _JSON_OBJECT_WITH_SCHEMA if settings.response_format == "json_object" else 0
         pool = settings.max_concurrency
         self._openai = openai.OpenAI(
             api_key=settings.api_key or _PLACEHOLDER_KEY,
@@ -317,6 +382,11 @@ class LlmClient:
     def model(self) -> str:
         """Return the model name sent with every request."""
         return self.settings.model
+
+    @property
+    def response_format(self) -> ResponseFormat:
+        """Return the structured output the next request asks for."""
+        return "json_schema" if self._form == _JSON_SCHEMA else "json_object"
 
     def request_hash(
         self, messages: Sequence[ChatMessage], schema_name: str, json_schema: Mapping[str, Any]
@@ -335,6 +405,34 @@ class LlmClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def _body(
+        self,
+        messages: Sequence[ChatMessage],
+        schema_name: str,
+        schema: Mapping[str, Any],
+        max_tokens: int,
+        form: int,
+    ) -> tuple[dict[str, Any], list[dict[str, str]]]:
+        format_: dict[str, Any]
+        if form == _JSON_SCHEMA:
+            sent = [dict(m) for m in messages]
+            format_ = {
+                "type": "json_schema",
+                "json_schema": {"name": schema_name, "schema": dict(schema), "strict": True},
+            }
+        else:
+            sent = with_schema_in_prompt(messages, schema_name, schema)
+            format_ = {"type": "json_object"}
+            if form == _JSON_OBJECT_WITH_SCHEMA:
+                format_["schema"] = dict(schema)
+        body = {
+            "model": self.model,
+            "messages": sent,
+            "max_tokens": max_tokens,
+            "response_format": format_,
+        }
+        return body, sent
+
     def complete_json[T](
         self,
         messages: Sequence[ChatMessage],
@@ -344,56 +442,69 @@ class LlmClient:
         json_schema: Mapping[str, Any],
         call_id: str = "",
         digest: str = "",
+        max_tokens: int | None = None,
     ) -> LlmResult[T]:
         """Ask for a JSON answer matching ``json_schema`` and check it with ``validate``.
 
         ``validate`` takes the decoded JSON and returns the answer or raises ValueError; it may
         accept less than the schema allows or check what no schema can. ``digest`` is this
-        request's hash when the caller already computed it. A malformed or invalid answer is
-        returned with ``validation_error`` set, for the caller to repair. Raises LlmPlanningError
-        when the call itself fails after the bounded retries (timeout, connection, HTTP error).
+        request's hash when the caller already computed it. ``max_tokens`` bounds the answer
+        (never above the per-call ceiling of the settings). A malformed, invalid or truncated
+        answer is returned with ``validation_error`` set, for the caller to repair. Raises
+        LlmPlanningError when the call itself fails: after the bounded retries of a timeout,
+        connection or server error, or at once when the server refuses the request (HTTP 4xx).
         """
         schema = dict(json_schema)
         digest = digest or self.request_hash(messages, schema_name, schema)
+        ceiling = self.settings.max_tokens_per_call
+        bound = ceiling if max_tokens is None else max(1, min(max_tokens, ceiling))
         if self._closed:
             raise LlmPlanningError("the LLM client is closed")
         with self._lock:
             self._calls += 1
             label = call_id or f"call-{self._calls}"
+        form = self._form
+        body, sent = self._body(messages, schema_name, schema, bound, form)
         started_at = time.time()
         started = time.perf_counter()
         try:
-            # `post` is the SDK's own request path (retries, timeout, errors) without
-            # `chat.completions.create`'s parameter transform and typed result, which walk every
-            # optional field on each call and were the largest CPU cost of concurrent planning
-            body = self._openai.post(
-                "/chat/completions",
-                cast_to=bytes,
-                body={
-                    "model": self.model,
-                    "messages": [dict(m) for m in messages],
-                    "response_format": {
-                        "type": "json_schema",
-                        "json_schema": {"name": schema_name, "schema": schema, "strict": True},
-                    },
-                },
-            )
-            completion = _Completion.model_validate_json(body)
+            while True:
+                try:
+                    raw = self._post(body)
+                    break
+                except openai.APIStatusError as exc:
+                    if form == _JSON_OBJECT or not _refuses_structured_output(exc):
+                        raise
+                # the server cannot do this form of structured output: ask again, and from now
+                # on, with the next weaker one (the answer is validated the same way)
+                form += 1
+                with self._lock:
+                    self._form = max(self._form, form)
+                body, sent = self._body(messages, schema_name, schema, bound, form)
+            completion = _Completion.model_validate_json(raw)
         except (openai.OpenAIError, ValidationError) as exc:
             latency = time.perf_counter() - started
             error = f"LLM call to model {self.model!r} failed: {_describe(exc)}"
-            self._report(label, schema_name, digest, messages, "", 0, 0, latency, started_at, error)
+            self._report(label, schema_name, digest, sent, "", 0, 0, latency, started_at, error)
             raise LlmPlanningError(error) from exc
         latency = time.perf_counter() - started
-        text = (completion.choices[0].message.content or "") if completion.choices else ""
+        choice = completion.choices[0] if completion.choices else None
+        text = (choice.message.content or "") if choice is not None else ""
         usage = completion.usage or _Usage()
         prompt_tokens, completion_tokens = usage.prompt_tokens or 0, usage.completion_tokens or 0
-        parsed, validation_error = parse_response(text, validate)
+        truncated = choice is not None and choice.finish_reason == "length"
+        parsed: T | None
+        validation_error: str | None
+        if truncated:
+            # a cut-off answer is never parsed: its JSON error would blame the model's syntax
+            parsed, validation_error = None, _truncation_error(bound, len(text))
+        else:
+            parsed, validation_error = parse_response(text, validate)
         self._report(
             label,
             schema_name,
             digest,
-            messages,
+            sent,
             text,
             prompt_tokens,
             completion_tokens,
@@ -411,7 +522,15 @@ class LlmClient:
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             latency_s=latency,
+            truncated=truncated,
+            max_tokens=bound,
         )
+
+    def _post(self, body: Mapping[str, Any]) -> bytes:
+        # `post` is the SDK's own request path (retries, timeout, errors) without
+        # `chat.completions.create`'s parameter transform and typed result, which walk every
+        # optional field on each call and were the largest CPU cost of concurrent planning
+        return self._openai.post("/chat/completions", cast_to=bytes, body=dict(body))
 
     def _report(
         self,
@@ -445,6 +564,44 @@ class LlmClient:
         )
 
 
+def _truncation_error(max_tokens: int, chars: int) -> str:
+    return (
+        f"the answer was cut off at the limit of {max_tokens} tokens (finish_reason 'length') "
+        f"after {chars} characters, before the JSON was complete"
+    )
+
+
+def server_message(exc: openai.APIStatusError) -> str:
+    """Return the server's own error message from a refused request, bounded in length."""
+    body = exc.body
+    message: Any = None
+    if isinstance(body, Mapping):
+        error = body.get("error")
+        if isinstance(error, Mapping):
+            message = error.get("message")
+        elif isinstance(error, str):
+            message = error
+        message = message or body.get("message") or body.get("detail")
+    elif isinstance(body, str):
+        message = body
+    if not message:
+        try:
+            message = exc.response.text
+        except Exception:  # a streamed or closed response has no text to read
+            message = ""
+    text = message if isinstance(message, str) else json.dumps(message, ensure_ascii=False)
+    text = " ".join(text.split()) or exc.message
+    if len(text) > _SERVER_MESSAGE_CHARS:
+        text = text[:_SERVER_MESSAGE_CHARS] + " …"
+    return text
+
+
+def _refuses_structured_output(exc: openai.APIStatusError) -> bool:
+    if exc.status_code not in (400, 404, 415, 422, 500, 501):
+        return False
+    return bool(_SCHEMA_REFUSAL.search(server_message(exc)))
+
+
 def _describe(exc: openai.OpenAIError | ValidationError) -> str:
     if isinstance(exc, ValidationError):
         return "the server's reply is not a chat completion"
@@ -453,5 +610,10 @@ def _describe(exc: openai.OpenAIError | ValidationError) -> str:
     if isinstance(exc, openai.APIConnectionError):
         return "could not connect to the server"
     if isinstance(exc, openai.APIStatusError):
-        return f"HTTP {exc.status_code}: {exc.message}"
+        if 400 <= exc.status_code < 500 and exc.status_code not in (408, 409, 429):
+            return (
+                f"the server refused the request (HTTP {exc.status_code}, not retried): "
+                f"{server_message(exc)}"
+            )
+        return f"HTTP {exc.status_code}: {server_message(exc)}"
     return str(exc)

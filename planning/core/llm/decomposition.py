@@ -6,10 +6,15 @@ prompt. Sibling compounds are expanded at the same time on a thread pool, so the
 grows with the depth, not with the number of calls. The whole tree is resolved before a `DagPlan`
 is returned; on any failure nothing is returned.
 
-Every answer is checked entry by entry against what its request offered; any problem gets a
-repair request quoting it (up to `max_repairs`). What is still wrong after the repairs is dropped
-with a warning, which the reviewer sees at the plan gate; a compound left without a usable entry
-fails planning.
+Every request carries the answer schema of its level (the offered agents as an ``enum``, the
+fan-out limit as ``maxItems``) and bounds its answer with ``max_tokens``: the client's per-call
+ceiling, or what is left of the run's token budget when that is less. Every answer is checked
+entry by entry against what its request offered; any problem gets a repair request quoting it and
+a bounded excerpt of the answer (up to `max_repairs`), built on the original request so that
+repairs never grow past the context window. An answer cut off at ``max_tokens`` gets one request
+for a shorter answer; a second cut-off fails planning with a clear error. What is still wrong after
+the repairs is dropped with a warning, which the reviewer sees at the plan gate; a compound left
+without a usable entry fails planning.
 
 The scheduling machinery (`ExpansionJob`, `Expansion`, `PlanningRun`) is shared with the hybrid
 strategy in `planning.core.hybrid`.
@@ -27,15 +32,20 @@ from typing import Any
 from planning.core.dag import DagPlan
 from planning.core.errors import BudgetExceeded, LlmPlanningError
 from planning.core.llm.cache import DecompositionCache
-from planning.core.llm.client import ChatMessage, LlmClient, extract_json, strict_json_schema
-from planning.core.llm.prompts import AgentInfo, repair_prompt, system_prompt, user_prompt
+from planning.core.llm.client import ChatMessage, LlmClient, extract_json
+from planning.core.llm.prompts import (
+    AgentInfo,
+    answer_excerpt,
+    repair_prompt,
+    system_prompt,
+    user_prompt,
+)
 from planning.core.llm.schemas import (
-    AgentPlanResponse,
     AgentStep,
     Answer,
     AnswerRules,
-    NestedPlanResponse,
     SubtaskStep,
+    answer_schema,
     dependencies,
     read_answer,
     require_clean,
@@ -58,8 +68,6 @@ PLANNABLE_KINDS = frozenset({"llm", "human"})
 
 NESTED_SCHEMA_NAME = "nested_plan"
 AGENT_SCHEMA_NAME = "agent_plan"
-_NESTED_SCHEMA = MappingProxyType(strict_json_schema(NestedPlanResponse))
-_AGENT_SCHEMA = MappingProxyType(strict_json_schema(AgentPlanResponse))
 
 
 def expected_calls(branching: int, depth: int) -> int:
@@ -147,6 +155,11 @@ class PlanningRun:
                 raise BudgetExceeded("llm_calls", self.budgets.max_calls, self.calls + 1)
             self.calls += 1
             return self.calls
+
+    def remaining_tokens(self) -> int:
+        """Return what is left of the token budget (at least 1: the ceiling check comes after)."""
+        with self._lock:
+            return max(1, self.budgets.max_tokens - self.tokens)
 
     def add_tokens(self, tokens: int) -> None:
         """Add the tokens of a call; raise `BudgetExceeded` past the token ceiling."""
@@ -325,6 +338,7 @@ class LlmDecomposition:
         self.cache = cache
         self.max_repairs = max_repairs
         self.instructions = instructions
+        self._schemas: dict[bool, Mapping[str, Any]] = {}
 
     def new_run(self) -> PlanningRun:
         """Return fresh counters for one planning run."""
@@ -357,6 +371,15 @@ class LlmDecomposition:
             is_last_level=self._is_last_level(job),
             max_depth=self.max_depth,
         )
+
+    def schema_for(self, rules: AnswerRules) -> Mapping[str, Any]:
+        """Return the answer schema of a request with these rules (the same for a level)."""
+        schema = self._schemas.get(rules.is_last_level)
+        if schema is None:
+            # every request of a run offers the same agents and fan-out; only the level differs
+            schema = MappingProxyType(answer_schema(rules))
+            self._schemas[rules.is_last_level] = schema
+        return schema
 
     def messages_for(self, job: ExpansionJob, state: Mapping[str, Any]) -> list[ChatMessage]:
         """Return the system and user messages that ask to decompose `job`."""
@@ -398,9 +421,9 @@ class LlmDecomposition:
         self, run: PlanningRun, job: ExpansionJob, state: Mapping[str, Any], rules: AnswerRules
     ) -> tuple[Answer, str, tuple[str, ...]]:
         schema_name = AGENT_SCHEMA_NAME if rules.is_last_level else NESTED_SCHEMA_NAME
-        schema = _AGENT_SCHEMA if rules.is_last_level else _NESTED_SCHEMA
-        messages = self.messages_for(job, state)
-        cache_key = self.client.request_hash(messages, schema_name, schema)
+        schema = self.schema_for(rules)
+        request = self.messages_for(job, state)
+        cache_key = self.client.request_hash(request, schema_name, schema)
         if self.cache is not None:
             cached = self.cache.get(cache_key)
             if cached is not None:
@@ -411,7 +434,10 @@ class LlmDecomposition:
         def validate(data: Any) -> Answer:
             return require_clean(read_answer(data, rules))
 
+        where = f"goal {job.goal.name!r} at depth {job.depth}"
+        messages = request
         attempts: list[_Attempt] = []
+        truncations = 0
         for attempt in range(self.max_repairs + 1):
             number = run.reserve_call()
             try:
@@ -422,24 +448,44 @@ class LlmDecomposition:
                     json_schema=schema,
                     call_id=f"llm:{number}",
                     digest=cache_key if attempt == 0 else "",
+                    max_tokens=run.remaining_tokens(),
                 )
             except LlmPlanningError as exc:
-                raise LlmPlanningError(
-                    f"planning goal {job.goal.name!r} at depth {job.depth}: {exc.message}"
-                ) from exc
+                raise LlmPlanningError(f"planning {where}: {exc.message}") from exc
             run.add_tokens(result.total_tokens)
             if result.parsed is not None:
                 if self.cache is not None:
                     self.cache.put(cache_key, result.text)
                 return result.parsed, f"llm:{number}", ()
             error = result.validation_error or "the answer did not validate"
-            attempts.append(_Attempt(number, result.text, error))
+            if result.truncated:
+                truncations += 1
+                if truncations > 1 or (attempt == self.max_repairs and not attempts):
+                    again = ""
+                    if truncations > 1:
+                        again = " again, after a request for a shorter answer,"
+                    raise LlmPlanningError(
+                        f"the LLM's answer for {where} was cut off{again} at the limit of "
+                        f"{result.max_tokens} tokens, before its JSON was complete. The model "
+                        "writes too much for one call: an admin can raise "
+                        "CASEHUB_LLM_MAX_TOKENS_PER_CALL (or CASEHUB_LLM_MAX_TOKENS, the case's "
+                        "budget) or lower CASEHUB_PLAN_MAX_FANOUT."
+                    )
+            else:
+                attempts.append(_Attempt(number, result.text, error))
             if attempt < self.max_repairs:
                 run.check_cancelled()
+                # each repair is built on the original request, with a bounded excerpt of the
+                # rejected answer: resending every earlier answer overflows small context windows
                 messages = [
-                    *messages,
-                    {"role": "assistant", "content": result.text},
-                    {"role": "user", "content": repair_prompt(error)},
+                    *request,
+                    {"role": "assistant", "content": answer_excerpt(result.text)},
+                    {
+                        "role": "user",
+                        "content": repair_prompt(
+                            error, truncated=result.truncated, max_steps=rules.max_steps
+                        ),
+                    },
                 ]
         return self._salvage(job, rules, attempts)
 

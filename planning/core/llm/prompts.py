@@ -18,6 +18,7 @@ from planning.core.tree import Goal
 
 __all__ = [
     "AgentInfo",
+    "answer_excerpt",
     "render_state",
     "repair_prompt",
     "system_prompt",
@@ -25,6 +26,10 @@ __all__ = [
 ]
 
 MAX_STATE_CHARS = 12_000
+# A repair request quotes this much of the rejected answer and of the problems found in it, so
+# that it fits the context window of a small local model however long the bad answer was.
+MAX_EXCERPT_CHARS = 1_000
+MAX_PROBLEM_CHARS = 2_000
 
 
 class AgentInfo(Protocol):
@@ -147,10 +152,38 @@ def user_prompt(
     return "\n".join(lines)
 
 
-def repair_prompt(error: str) -> str:
-    """Return the follow-up request quoting why the previous answer was rejected."""
+def _bounded(text: str, limit: int, unit: str) -> str:
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    if "\n" in cut and unit == "lines":
+        cut = cut[: cut.rindex("\n")]
+    omitted = text[len(cut) :]
+    more = omitted.count("\n") + 1 if unit == "lines" else len(omitted)
+    label = "more problem line(s)" if unit == "lines" else "more characters"
+    return f"{cut}\n... ({more} {label} left out)"
+
+
+def answer_excerpt(text: str, limit: int = MAX_EXCERPT_CHARS) -> str:
+    """Return the start of a rejected answer, at most `limit` characters and a note of the rest."""
+    return _bounded(text, limit, "characters")
+
+
+def repair_prompt(error: str, *, truncated: bool = False, max_steps: int = 0) -> str:
+    """Return the follow-up request quoting why the previous answer was rejected.
+
+    The problems are quoted up to MAX_PROBLEM_CHARS. A truncated answer gets a request for a
+    shorter one instead of a list of JSON errors.
+    """
+    if truncated:
+        fewer = f"at most {max_steps} steps, " if max_steps else ""
+        return (
+            f"Your previous answer was too long: {error}.\n"
+            f"Answer again with a shorter plan: {fewer}each task and rationale one short "
+            "sentence. Answer with the complete JSON only, following the same schema and rules."
+        )
     return (
         "Your previous answer could not be used:\n"
-        f"{error}\n"
+        f"{_bounded(error, MAX_PROBLEM_CHARS, 'lines')}\n"
         "Answer again with the corrected JSON only, following the same schema and rules."
     )

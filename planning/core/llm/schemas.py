@@ -6,14 +6,20 @@ An answer is ``{"steps": [...]}``; a step is an agent assignment
 ``depends_on`` names earlier steps of the same answer: ``null`` means "after the previous step",
 ``[]`` means independent. A bare JSON list of steps is accepted too.
 
-The pydantic models give the JSON schemas sent with each request. `read_answer` checks an answer
-entry by entry against what was offered (the level's entry kinds, the agents, the fan-out, earlier
-siblings only), so that a repair request can quote every problem and what still fails after the
-repairs can be dropped without losing the valid entries.
+`answer_schema` builds the JSON schema sent with each request from what that request offers, so
+that grammar-based decoding can enforce it: an ``enum`` of the offered agents, between 1 and the
+fan-out limit of steps, bounded strings, and at the last level no subtask entries at all. It
+keeps to the subset that OpenAI's strict mode, llama.cpp's JSON-schema-to-grammar converter (and
+so Ollama) and vLLM's guided decoding all accept; `portability_problems` checks a schema against
+that subset. `read_answer` checks an answer entry by entry against the same rules (the level's
+entry kinds, the agents, the fan-out, the string bounds, earlier siblings only), so that a repair
+request can quote every problem and what still fails after the repairs can be dropped without
+losing the valid entries; it is the check, whatever the server enforced.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -44,12 +50,20 @@ __all__ = [
     "NestedPlanResponse",
     "Step",
     "SubtaskStep",
+    "answer_schema",
     "dependencies",
+    "portability_problems",
     "read_answer",
     "require_clean",
 ]
 
 STEP_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+# Bounds of the free-text fields: they keep one answer of the fan-out limit's steps well inside
+# one call's token ceiling, and grammar-based decoding enforces them while the model writes.
+MAX_TASK_CHARS = 300
+MAX_RATIONALE_CHARS = 300
+MAX_SUBTASK_CHARS = 120
+MAX_DESCRIPTION_CHARS = 500
 
 _ID_DESCRIPTION = "short unique id of this step: letters, digits, '-' or '_' (no dots or spaces)"
 _DEPENDS_DESCRIPTION = (
@@ -70,8 +84,12 @@ class AgentStep(BaseModel):
 
     id: str = Field(pattern=STEP_ID_PATTERN, description=_ID_DESCRIPTION)
     agent: str = Field(description="the id of one of the available agents")
-    task: str = Field(description="what the agent must do, as one concrete action")
-    rationale: str = Field(description="why this agent and this step")
+    task: str = Field(
+        max_length=MAX_TASK_CHARS, description="what the agent must do, as one concrete action"
+    )
+    rationale: str = Field(
+        max_length=MAX_RATIONALE_CHARS, description="why this agent and this step"
+    )
     depends_on: list[str] | None = Field(default=None, description=_DEPENDS_DESCRIPTION)
 
     _agent = field_validator("agent", "task")(_not_blank)
@@ -91,8 +109,10 @@ class SubtaskStep(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str = Field(pattern=STEP_ID_PATTERN, description=_ID_DESCRIPTION)
-    subtask: str = Field(description="short name of the sub-plan")
-    description: str = Field(description="what the sub-plan must achieve")
+    subtask: str = Field(max_length=MAX_SUBTASK_CHARS, description="short name of the sub-plan")
+    description: str = Field(
+        max_length=MAX_DESCRIPTION_CHARS, description="what the sub-plan must achieve"
+    )
     depends_on: list[str] | None = Field(default=None, description=_DEPENDS_DESCRIPTION)
 
     _subtask = field_validator("subtask")(_not_blank)
@@ -126,6 +146,209 @@ class AgentPlanResponse(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     steps: list[AgentStep] = Field(description="the steps, in execution order")
+
+
+# -- the schema sent with each request ----------------------------------------------------------
+
+
+def _string(description: str, *, max_length: int, min_length: int = 0) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string", "description": description}
+    if min_length:
+        schema["minLength"] = min_length
+    schema["maxLength"] = max_length
+    return schema
+
+
+def _closed(properties: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": dict(properties),
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+def answer_schema(rules: AnswerRules) -> dict[str, Any]:
+    """Return the JSON schema of an answer to a request with these rules.
+
+    Raises ValueError when no agent is offered (an ``enum`` needs at least one value).
+    """
+    if not rules.agents:
+        raise ValueError("an answer schema needs at least one agent to offer")
+    step_id = {"type": "string", "pattern": STEP_ID_PATTERN, "description": _ID_DESCRIPTION}
+    depends_on = {
+        "anyOf": [
+            {
+                "type": "array",
+                "items": {"type": "string", "pattern": STEP_ID_PATTERN},
+                "maxItems": rules.max_steps,
+            },
+            {"type": "null"},
+        ],
+        "description": _DEPENDS_DESCRIPTION,
+    }
+    agent_step = _closed(
+        {
+            "id": step_id,
+            "agent": {
+                "type": "string",
+                "enum": sorted(rules.agents),
+                "description": "the id of one of the available agents",
+            },
+            "task": _string(
+                "what the agent must do, as one concrete action",
+                min_length=1,
+                max_length=MAX_TASK_CHARS,
+            ),
+            "rationale": _string("why this agent and this step", max_length=MAX_RATIONALE_CHARS),
+            "depends_on": depends_on,
+        }
+    )
+    item: dict[str, Any] = agent_step
+    if not rules.is_last_level:
+        subtask_step = _closed(
+            {
+                "id": step_id,
+                "subtask": _string(
+                    "short name of the sub-plan", min_length=1, max_length=MAX_SUBTASK_CHARS
+                ),
+                "description": _string(
+                    "what the sub-plan must achieve", max_length=MAX_DESCRIPTION_CHARS
+                ),
+                "depends_on": depends_on,
+            }
+        )
+        item = {"anyOf": [agent_step, subtask_step]}
+    return _closed(
+        {
+            "steps": {
+                "type": "array",
+                "items": item,
+                "minItems": 1,
+                "maxItems": rules.max_steps,
+                "description": "the steps, in execution order",
+            }
+        }
+    )
+
+
+# -- the portable subset ---------------------------------------------------------------------------
+
+# Keywords every target accepts and enforces: OpenAI strict mode (which also wants every object
+# closed and every property required, and no anyOf at the root), llama.cpp's converter (which
+# Ollama uses), and vLLM's guided decoding (xgrammar, falling back to outlines or guidance).
+_PORTABLE_KEYWORDS = frozenset(
+    {
+        "type",
+        "description",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "anyOf",
+        "enum",
+        "minItems",
+        "maxItems",
+        "minLength",
+        "maxLength",
+        "pattern",
+    }
+)
+_PORTABLE_TYPES = frozenset({"object", "array", "string", "integer", "number", "boolean", "null"})
+# A pattern as simple as the converters handle: anchored, literals, classes, {m,n} repetition;
+# no groups (so no lookaround or backreferences), no alternation, no escapes beyond \- and \.
+_PORTABLE_PATTERN = re.compile(
+    r"\^(?:[A-Za-z0-9_ -]|\\[.-]|\[[^\]\\]*\]|\{\d+(?:,\d+)?\}|[*+?])*\$"
+)
+_MAX_NESTING = 10  # OpenAI strict mode's limit of nesting levels
+_MAX_ENUM_VALUES = 500
+_MAX_PROPERTIES = 100
+
+
+def portability_problems(schema: Mapping[str, Any]) -> list[str]:
+    """Return why a schema falls outside the portable subset (empty when it is inside)."""
+    problems: list[str] = []
+    counts = {"properties": 0}
+    if schema.get("type") != "object" or "anyOf" in schema:
+        problems.append("$: the root must be an object schema, not a union")
+    _check_portable(schema, "$", 1, problems, counts)
+    if counts["properties"] > _MAX_PROPERTIES:
+        problems.append(f"$: {counts['properties']} properties; at most {_MAX_PROPERTIES}")
+    return problems
+
+
+def _check_portable(
+    node: Any, path: str, depth: int, problems: list[str], counts: dict[str, int]
+) -> None:
+    if not isinstance(node, Mapping):
+        problems.append(f"{path}: a schema must be an object")
+        return
+    if depth > _MAX_NESTING:
+        problems.append(f"{path}: nested deeper than {_MAX_NESTING} levels")
+    for key in node:
+        if key not in _PORTABLE_KEYWORDS:
+            problems.append(f"{path}: keyword {key!r} is outside the portable subset")
+    kind = node.get("type")
+    if kind is not None and (not isinstance(kind, str) or kind not in _PORTABLE_TYPES):
+        problems.append(f"{path}: type must be one of {sorted(_PORTABLE_TYPES)}, not {kind!r}")
+    if kind is None and "anyOf" not in node and "enum" not in node:
+        problems.append(f"{path}: a schema needs a type, an enum or an anyOf")
+    if "anyOf" in node:
+        options = node["anyOf"]
+        if not isinstance(options, list) or not options:
+            problems.append(f"{path}.anyOf: must be a non-empty list")
+        else:
+            for i, option in enumerate(options):
+                _check_portable(option, f"{path}.anyOf[{i}]", depth + 1, problems, counts)
+    if kind == "object":
+        properties = node.get("properties")
+        if not isinstance(properties, Mapping):
+            problems.append(f"{path}: an object must list its properties")
+            properties = {}
+        counts["properties"] += len(properties)
+        if node.get("additionalProperties") is not False:
+            problems.append(f"{path}: an object must set additionalProperties to false")
+        if list(node.get("required", ())) != list(properties):
+            problems.append(f"{path}: every property must be required, in order")
+        for name, sub in properties.items():
+            _check_portable(sub, f"{path}.{name}", depth + 1, problems, counts)
+    elif "properties" in node or "required" in node or "additionalProperties" in node:
+        problems.append(f"{path}: object keywords on a schema of type {kind!r}")
+    if kind == "array":
+        if "items" not in node:
+            problems.append(f"{path}: an array must give its items")
+        else:
+            _check_portable(node["items"], f"{path}.items", depth + 1, problems, counts)
+        low, high = node.get("minItems", 0), node.get("maxItems")
+        if high is not None and not (isinstance(high, int) and high >= max(1, low)):
+            problems.append(f"{path}: maxItems must be an integer >= max(1, minItems)")
+    elif {"items", "minItems", "maxItems"} & set(node):
+        problems.append(f"{path}: array keywords on a schema of type {kind!r}")
+    if kind == "string":
+        pattern = node.get("pattern")
+        if pattern is not None:
+            if not isinstance(pattern, str) or not _PORTABLE_PATTERN.fullmatch(pattern):
+                problems.append(
+                    f"{path}: pattern {pattern!r} is not anchored or uses regex features "
+                    "a grammar converter rejects"
+                )
+            if "minLength" in node or "maxLength" in node:
+                # llama.cpp and vLLM ignore length bounds next to a pattern
+                problems.append(f"{path}: bound the length in the pattern, not beside it")
+        if "maxLength" in node and not isinstance(node["maxLength"], int):
+            problems.append(f"{path}: maxLength must be an integer")
+    elif {"pattern", "minLength", "maxLength"} & set(node):
+        problems.append(f"{path}: string keywords on a schema of type {kind!r}")
+    if "enum" in node:
+        values = node["enum"]
+        if not isinstance(values, list) or not values:
+            problems.append(f"{path}.enum: must be a non-empty list")
+        elif len(values) > _MAX_ENUM_VALUES:
+            problems.append(f"{path}.enum: {len(values)} values; at most {_MAX_ENUM_VALUES}")
+        elif not all(isinstance(v, str) for v in values) or kind != "string":
+            problems.append(f"{path}.enum: only string enums of type string are portable")
+        elif len(set(values)) != len(values):
+            problems.append(f"{path}.enum: values must be unique")
 
 
 _ANY_STEP: TypeAdapter[Step] = TypeAdapter(_AnyStep)
