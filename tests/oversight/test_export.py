@@ -424,18 +424,24 @@ def _export_peak(case_id: int, exporter: Any) -> tuple[int, BundleReport]:
         return peak, verify_bundle(bundle.file)
 
 
+def _peak(measured: tuple[int, BundleReport]) -> int:
+    return measured[0]
+
+
 def test_a_long_chain_exports_in_flat_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(export, "CHUNK_SIZE", 100)
-    short, long = 2 * export.CHUNK_SIZE, 20 * export.CHUNK_SIZE
+    short, long = 2 * export.CHUNK_SIZE, 60 * export.CHUNK_SIZE
     _bulk_chain(13, short)
     _bulk_chain(14, long)
     signing.current_key()
     auditor = personas.auditor()
     _export_peak(13, auditor)  # warm-up: first-use allocations (imports, caches) are not counted
-    short_peak, short_report = _export_peak(13, auditor)
-    long_peak, long_report = _export_peak(14, auditor)
+    # tracemalloc counts every thread's allocations (other tests may leave servers running): the
+    # lower of two runs is the export's own peak.
+    short_peak, short_report = min(_export_peak(13, auditor), _export_peak(13, auditor), key=_peak)
+    long_peak, long_report = min(_export_peak(14, auditor), _export_peak(14, auditor), key=_peak)
     assert (short_report.ok, short_report.events) == (True, short)
     assert (long_report.ok, long_report.events) == (True, long)
-    # Ten times the events, about the same memory: the export holds one chunk at a time (a list
-    # of all events would add ~1 KB an event, ~2 MB here).
-    assert long_peak < short_peak * 1.2 + 256 * 1024, (short_peak, long_peak)
+    # Thirty times the events, about the same memory: the export holds one chunk at a time (a
+    # list of all 6,000 events would add ~1 KB an event, ~6 MB here).
+    assert long_peak < short_peak + 1536 * 1024, (short_peak, long_peak)
