@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import gc
 import hashlib
@@ -28,6 +27,7 @@ from oversight.audit import SYSTEM_CHAIN, append_event, case_chain, event_hash, 
 from oversight.export import FORMULA_PREFIXES, export_case_bundle, inert_cell
 from oversight.models import AuditChainHead, AuditEvent
 from tests import personas
+from tests.audit_triggers import audit_triggers_suspended
 
 pytestmark = pytest.mark.django_db
 
@@ -40,13 +40,7 @@ def key_dir(settings: Any, tmp_path: Path) -> Path:
 
 def tamper(sql: str, params: list[Any]) -> None:
     """Run a superuser's raw SQL on the audit table, as in psql, past its append-only triggers."""
-    try:
-        from tests.audit_triggers import audit_triggers_suspended
-    except ImportError:  # before the append-only triggers exist, nothing stands in the way
-        suspended: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-    else:
-        suspended = audit_triggers_suspended()
-    with transaction.atomic(), suspended, connection.cursor() as cursor:
+    with transaction.atomic(), audit_triggers_suspended(), connection.cursor() as cursor:
         cursor.execute(sql, params)
 
 
