@@ -4,7 +4,7 @@ PORT ?= 8000
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint format typecheck scenarios bench venv clean
+.PHONY: run test lint format typecheck scenarios bench llm-check venv clean
 
 venv: $(VENV)/.installed
 
@@ -42,6 +42,10 @@ scenarios:
 
 bench: venv
 	SECRET_KEY=$${SECRET_KEY:-bench-only-not-a-secret} $(PY) -m bench
+
+## llm-check: plan three cases through `make run` with a real local model (llama.cpp, SmolLM2)
+llm-check: venv
+	$(PY) scripts/llm_check.py
 
 clean:
 	rm -rf var/broker var/celery-results var/test-casehub.sqlite3*
