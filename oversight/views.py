@@ -2,25 +2,38 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import json
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required, permission_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
+from django.utils.http import urlencode
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
 from casehub.http import HTMX_VARY, HtmxHttpRequest, render_partial
 from oversight import roles
+from oversight.anchors import verify_anchored_chain
+from oversight.api import EXPORT_AUDIT
+from oversight.audit import case_chain
 from oversight.dispatch import broker_status
+from oversight.export import export_case_bundle
 from oversight.models import AuditEvent, WorkerHeartbeat
+from oversight.signing import current_key_id, public_keys
 from planning import rules
+from planning.queries import case_for
+
+TRAIL_PAGE_SIZE = 50
+VERIFIER_FILE = "casehub_verify.py"
 
 
 @require_GET
@@ -72,6 +85,239 @@ def audit_list(request: HtmxHttpRequest) -> HttpResponse:
     page = Paginator(events, 50).get_page(request.GET.get("page"))
     context = {"page": page, "action": action, "chain": chain}
     return render_partial(request, "oversight/audit_list.html", context, partials={"audit-table"})
+
+
+@dataclass(frozen=True, slots=True)
+class TrailFilters:
+    """The filters of a case's trail, as read from the URL; `problems` names the unreadable ones."""
+
+    actor: str = ""
+    action: str = ""
+    since: date | None = None
+    until: date | None = None
+    problems: tuple[str, ...] = ()
+
+    def query(self, page: int | None = None) -> str:
+        """Return the URL query string of these filters (and a page number)."""
+        params = {
+            "actor": self.actor,
+            "action": self.action,
+            "from": self.since.isoformat() if self.since else "",
+            "to": self.until.isoformat() if self.until else "",
+        }
+        if page is not None:
+            params["page"] = str(page)
+        return urlencode({k: v for k, v in params.items() if v})
+
+
+def _date_param(
+    request: HtmxHttpRequest, name: str, label: str, problems: list[str]
+) -> date | None:
+    raw = request.GET.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return date.fromisoformat(raw)
+    except ValueError:
+        problems.append(f"{label} is not a date (YYYY-MM-DD); it was ignored.")
+        return None
+
+
+def _trail_filters(request: HtmxHttpRequest) -> TrailFilters:
+    problems: list[str] = []
+    since = _date_param(request, "from", "From", problems)
+    until = _date_param(request, "to", "To", problems)
+    return TrailFilters(
+        actor=request.GET.get("actor", "").strip()[:150],
+        action=request.GET.get("action", "").strip()[:100],
+        since=since,
+        until=until,
+        problems=tuple(problems),
+    )
+
+
+def _day_start(day: date) -> datetime:
+    return timezone.make_aware(datetime.combine(day, time.min))
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeRow:
+    """One field of a before/after change: the values on each side and whether they differ."""
+
+    field: str
+    before: str
+    after: str
+    changed: bool
+
+
+def _changes(before: Any, after: Any) -> list[ChangeRow]:
+    if not (isinstance(before, dict) and isinstance(after, dict)):
+        return [ChangeRow("", _pretty(before), _pretty(after), before != after)]
+    return [
+        ChangeRow(
+            str(key),
+            _pretty(before[key]) if key in before else "—",
+            _pretty(after[key]) if key in after else "—",
+            before.get(key) != after.get(key) or (key in before) != (key in after),
+        )
+        for key in sorted({*before, *after}, key=str)
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class TrailEntry:
+    """An event as the trail page shows it: the event, its data pretty-printed, its changes."""
+
+    event: AuditEvent
+    data: str
+    reason: str
+    changes: list[ChangeRow]
+
+
+def _entry(event: AuditEvent) -> TrailEntry:
+    data = event.data if isinstance(event.data, dict) else {"value": event.data}
+    changes: list[ChangeRow] = []
+    if "before" in data and "after" in data:
+        changes = _changes(data["before"], data["after"])
+    else:
+        # Admin changes carry {field: {"before": old, "after": new}}.
+        for name, value in data.items():
+            if isinstance(value, dict) and set(value) == {"before", "after"}:
+                changes.extend(
+                    ChangeRow(str(name), r.before, r.after, r.changed)
+                    for r in _changes(value["before"], value["after"])
+                )
+    reason = data.get("reason")
+    return TrailEntry(
+        event=event,
+        data=_pretty(event.data),
+        reason=reason if isinstance(reason, str) else ("" if reason is None else _pretty(reason)),
+        changes=changes,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Integrity:
+    """The verifier's verdict on a stored chain, for the banner."""
+
+    ok: bool
+    events: int
+    first_seq: int | None
+    first_problem: str
+    problem_count: int
+
+
+def _integrity(chain: str) -> Integrity:
+    try:
+        verification = verify_anchored_chain(chain)
+    except ValueError as exc:
+        return Integrity(False, 0, None, f"checkpoint: {exc}", 1)
+    problems = sorted(verification.problems, key=lambda p: p.seq)
+    if not problems:
+        return Integrity(True, verification.count, None, "", 0)
+    first = problems[0]
+    return Integrity(False, verification.count, first.seq, first.problem, len(problems))
+
+
+def _signing_keys() -> list[dict[str, object]]:
+    current = current_key_id()
+    keys = [
+        {"key_id": key_id, "public_key": raw.hex(), "current": key_id == current}
+        for key_id, raw in public_keys().items()
+    ]
+    return sorted(keys, key=lambda key: (not key["current"], key["key_id"]))
+
+
+def _require_exporter(request: HtmxHttpRequest) -> None:
+    if not request.user.has_perm(EXPORT_AUDIT):
+        raise PermissionDenied("Only auditors may export audit trails.")
+
+
+def _require_key_reader(request: HtmxHttpRequest) -> None:
+    if not (request.user.has_perm(EXPORT_AUDIT) or request.user.has_perm(rules.CONFIGURE)):
+        raise PermissionDenied("Only auditors and admins may download the verifier and keys.")
+
+
+@require_GET
+@permission_required(rules.VIEW_AUDIT, raise_exception=True)
+def case_trail(request: HtmxHttpRequest, case_id: int) -> HttpResponse:
+    """Show a case's audit chain in seq order, filtered, with the verifier's integrity banner.
+
+    403 unless you may view the audit trail; Http404 when the case does not exist.
+    """
+    case = case_for(request.user, case_id)
+    chain = case_chain(case.pk)
+    filters = _trail_filters(request)
+    events = AuditEvent.objects.filter(chain=chain).order_by("seq")
+    if filters.actor:
+        events = events.filter(actor_label__iexact=filters.actor)
+    if filters.action:
+        events = events.filter(action__startswith=filters.action)
+    if filters.since:
+        events = events.filter(time__gte=_day_start(filters.since))
+    if filters.until:
+        events = events.filter(time__lt=_day_start(filters.until + timedelta(days=1)))
+    page = Paginator(events, TRAIL_PAGE_SIZE).get_page(request.GET.get("page"))
+    context = {
+        "case": case,
+        "chain": chain,
+        "filters": filters,
+        "page": page,
+        "entries": [_entry(event) for event in page.object_list],
+        "previous_query": filters.query(page.previous_page_number()) if page.has_previous() else "",
+        "next_query": filters.query(page.next_page_number()) if page.has_next() else "",
+        "integrity": _integrity(chain),
+        "can_export": request.user.has_perm(EXPORT_AUDIT),
+        "signing_keys": _signing_keys(),
+    }
+    return render_partial(request, "oversight/case_trail.html", context, partials={"trail-events"})
+
+
+@require_POST
+@permission_required(rules.VIEW_AUDIT, raise_exception=True)
+def case_trail_export(request: HtmxHttpRequest, case_id: int) -> FileResponse:
+    """Download the case's signed audit bundle, as `/api/audit/export` does; the export is audited.
+
+    403 unless you are an auditor; Http404 when the case does not exist.
+    """
+    _require_exporter(request)
+    case = case_for(request.user, case_id)
+    bundle = export_case_bundle(case_id=case.pk, exporter=request.user)  # type: ignore[arg-type]
+    return FileResponse(
+        bundle.file, as_attachment=True, filename=bundle.filename, content_type="application/zip"
+    )
+
+
+@require_GET
+def verifier_download(request: HtmxHttpRequest) -> FileResponse:
+    """Download casehub_verify.py, the offline verifier, exactly as the server runs it.
+
+    403 unless you are an auditor or an admin.
+    """
+    _require_key_reader(request)
+    path = settings.BASE_DIR / VERIFIER_FILE
+    return FileResponse(
+        path.open("rb"), as_attachment=True, filename=VERIFIER_FILE, content_type="text/x-python"
+    )
+
+
+@require_GET
+def public_key_download(request: HtmxHttpRequest, key_id: str) -> HttpResponse:
+    """Download one signing key's public half as hex, current or retired.
+
+    403 unless you are an auditor or an admin; Http404 for a key this installation never had.
+    """
+    _require_key_reader(request)
+    raw = public_keys().get(key_id)
+    if raw is None:
+        raise Http404("No such signing key")
+    response = HttpResponse(f"{raw.hex()}\n", content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="casehub-audit-key-{key_id}.pub"'
+    return response
 
 
 def _database_status() -> dict[str, object]:
