@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from casehub.http import HTMX_VARY, HtmxHttpRequest, render_partial
 from oversight import roles
-from oversight.anchors import verify_anchored_chain
+from oversight.anchors import latest_checkpoint, verify_anchored_chain
 from oversight.api import EXPORT_AUDIT
 from oversight.audit import case_chain
 from oversight.dispatch import broker_status
@@ -209,18 +209,23 @@ class Integrity:
     first_seq: int | None
     first_problem: str
     problem_count: int
+    checkpoint_seq: int | None = None
 
 
 def _integrity(chain: str) -> Integrity:
     try:
         verification = verify_anchored_chain(chain)
+        checkpoint = latest_checkpoint(chain)
     except ValueError as exc:
         return Integrity(False, 0, None, f"checkpoint: {exc}", 1)
+    checkpoint_seq = checkpoint.seq if checkpoint is not None else None
     problems = sorted(verification.problems, key=lambda p: p.seq)
     if not problems:
-        return Integrity(True, verification.count, None, "", 0)
+        return Integrity(True, verification.count, None, "", 0, checkpoint_seq)
     first = problems[0]
-    return Integrity(False, verification.count, first.seq, first.problem, len(problems))
+    return Integrity(
+        False, verification.count, first.seq, first.problem, len(problems), checkpoint_seq
+    )
 
 
 def _signing_keys() -> list[dict[str, object]]:

@@ -322,3 +322,31 @@ def test_the_case_page_links_to_its_trail_for_auditors_only(auditor: Any, case: 
     assert link in client_for(auditor).get(detail).content.decode()
     assert link not in client_for(personas.officer()).get(detail).content.decode()
     assert link not in client_for(case.submitter).get(detail).content.decode()
+
+
+def test_the_banner_names_the_checkpoint_it_compared_against(auditor: Any, case: Case) -> None:
+    from oversight.anchors import write_checkpoints
+
+    client = client_for(auditor)
+    assert "no checkpoint of it yet" in client.get(trail_url(case)).content.decode()
+    write_checkpoints()
+    html = client.get(trail_url(case)).content.decode()
+    assert "Verified: 4 events intact." in html
+    assert "and against its last checkpoint (seq 4)" in html
+
+
+def test_a_tail_rolled_back_after_its_checkpoint_shows_broken(auditor: Any, case: Case) -> None:
+    from oversight.anchors import write_checkpoints
+    from oversight.models import AuditChainHead
+
+    write_checkpoints()
+    chain = case_chain(case.pk)
+    last = AuditEvent.objects.get(chain=chain, seq=3)
+    tamper(
+        f"DELETE FROM {AuditEvent._meta.db_table} WHERE chain = %s AND seq = 4",  # noqa: S608
+        [chain],
+    )
+    AuditChainHead.objects.filter(chain=chain).update(seq=3, head_hash=last.hash)
+    html = client_for(auditor).get(trail_url(case)).content.decode()
+    assert 'data-integrity="broken" data-seq="4"' in html
+    assert "Broken at seq 4: rollback: the chain ends at seq 3" in html
