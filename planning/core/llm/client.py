@@ -8,9 +8,11 @@ with the caller's validator and reports a :class:`LlmCallRecord` of every call, 
 not, to the ``on_call`` hook so the caller can audit it. The connection pool keeps a connection
 alive for every call that may be in flight at once (``max_concurrency``).
 
-Every request bounds its answer (``max_tokens``); an answer the server cut off at that bound
-(``finish_reason: "length"``) is reported as truncated and never parsed. A request the server
-refuses (HTTP 4xx) is not retried and is reported with the server's own message.
+Every request bounds its answer (``max_tokens``, or ``max_completion_tokens`` for a server that
+refuses the former and names the latter, as OpenAI's reasoning models do); an answer the server
+cut off at that bound (``finish_reason: "length"``) is reported as truncated and never parsed. A
+request the server refuses (HTTP 4xx) is not retried and is reported with the server's own
+message.
 
 Structured output steps down, once per client, when the server refuses a form of it: strict
 ``json_schema`` first; then ``json_object`` carrying the schema in ``response_format.schema`` (the
@@ -367,6 +369,8 @@ class LlmClient:
         self._closed = False
         # the form of structured output the next request asks for; lowered when one is refused
         self._form = _JSON_OBJECT_WITH_SCHEMA if settings.response_format == "json_object" else 0
+        # OpenAI's reasoning models refuse max_tokens and want max_completion_tokens instead
+        self._bound_key = "max_tokens"
         pool = settings.max_concurrency
         self._openai = openai.OpenAI(
             api_key=settings.api_key or _PLACEHOLDER_KEY,
@@ -428,7 +432,7 @@ class LlmClient:
         body = {
             "model": self.model,
             "messages": sent,
-            "max_tokens": max_tokens,
+            self._bound_key: max_tokens,
             "response_format": format_,
         }
         return body, sent
@@ -473,13 +477,16 @@ class LlmClient:
                     raw = self._post(body)
                     break
                 except openai.APIStatusError as exc:
-                    if form == _JSON_OBJECT or not _refuses_structured_output(exc):
+                    if self._bound_key == "max_tokens" and _wants_completion_tokens(exc):
+                        self._bound_key = "max_completion_tokens"
+                    elif form < _JSON_OBJECT and _refuses_structured_output(exc):
+                        # the server cannot do this form of structured output: ask again, and
+                        # from now on, with the next weaker one (validated the same way)
+                        form += 1
+                        with self._lock:
+                            self._form = max(self._form, form)
+                    else:
                         raise
-                # the server cannot do this form of structured output: ask again, and from now
-                # on, with the next weaker one (the answer is validated the same way)
-                form += 1
-                with self._lock:
-                    self._form = max(self._form, form)
                 body, sent = self._body(messages, schema_name, schema, bound, form)
             completion = _Completion.model_validate_json(raw)
         except (openai.OpenAIError, ValidationError) as exc:
@@ -594,6 +601,10 @@ def server_message(exc: openai.APIStatusError) -> str:
     if len(text) > _SERVER_MESSAGE_CHARS:
         text = text[:_SERVER_MESSAGE_CHARS] + " …"
     return text
+
+
+def _wants_completion_tokens(exc: openai.APIStatusError) -> bool:
+    return exc.status_code == 400 and "max_completion_tokens" in server_message(exc)
 
 
 def _refuses_structured_output(exc: openai.APIStatusError) -> bool:

@@ -22,7 +22,7 @@ from planning.core.llm.schemas import (
 )
 from planning.core.tree import Goal
 from tests.fakes import fixtures
-from tests.fakes.openai_server import FakeOpenAIServer, FakeReply
+from tests.fakes.openai_server import FakeOpenAIServer, FakeReply, RecordedRequest, Reply
 from tests.planning.core.llm_helpers import (
     AGENTS,
     answer,
@@ -433,3 +433,26 @@ def test_a_refusal_that_is_not_about_the_schema_is_not_retried_as_json_object(
     with pytest.raises(LlmPlanningError, match="model not loaded"):
         planner(fake_openai).plan(GOAL, STATE)
     assert [r.response_format["type"] for r in fake_openai.requests] == ["json_schema"]
+
+
+def test_a_server_that_wants_max_completion_tokens_gets_it_from_then_on(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    refusal = (
+        "Unsupported parameter: 'max_tokens' is not supported with this model. "
+        "Use 'max_completion_tokens' instead."
+    )
+
+    def respond(request: RecordedRequest) -> Reply:
+        if "max_tokens" in request.body:
+            return FakeReply(status=400, error_message=refusal)
+        return answer(subtask("s", "gather")) if request.index == 1 else answer(leaf("1"))
+
+    fake_openai.responder = respond
+    plan = planner(fake_openai, max_depth=2, max_tokens_per_call=900).plan(GOAL, STATE)
+    assert [leaf.key for leaf in plan.leaves] == ["s.1"]
+    bounds = [
+        (request.body.get("max_tokens"), request.body.get("max_completion_tokens"))
+        for request in fake_openai.requests
+    ]
+    assert bounds == [(900, None), (None, 900), (None, 900)]
