@@ -1,0 +1,279 @@
+"""The audit trail on PostgreSQL (DESIGN §9): append 100,000 events, verify them, export them.
+
+One case chain gets ``CASEHUB_BENCH_AUDIT_EVENTS`` (100,000) events through the real
+``append_event``, each in its own transaction as the app writes them, one after another: the row
+lock on the chain's head serialises the appends of a chain, so this is the rate of one chain
+(target ≥ 2,000 appends/s). ``verify_chain`` then checks the stored chain (median of three runs,
+target ≤ 1 s), ``export_case_bundle`` exports it (peak RSS growth of the process during the export,
+target ≤ 50 MB: streamed, flat memory) and ``casehub_verify.py`` verifies the bundle offline with
+the signing key's public half, as an auditor would (its wall-clock and peak RSS are reported).
+
+The bench owns its database: ``CASEHUB_BENCH_DATABASE_URL`` (default ``casehub_bench`` on the
+local PostgreSQL, whose name must contain "bench") is dropped, created and migrated at the start
+and dropped at the end (audit events are append-only, so they cannot be deleted), unless
+``CASEHUB_BENCH_KEEP_DB=1``. When PostgreSQL cannot be reached the bench says so and is skipped.
+Appends and verification run in one child process, the export in a fresh one, so that the
+export's memory is measured in a process that has not already grown its heap.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/casehub_bench"
+EVENTS = int(os.environ.get("CASEHUB_BENCH_AUDIT_EVENTS", "100000"))
+CASE_ID = 1  # the benchmarked chain, case:1
+WARMUP_CASE_ID = 2  # a short chain exported first, so one-time costs are not counted
+WARMUP_EVENTS = 200
+EXPORTER = "bench-auditor"
+VERIFY_RUNS = 3
+MIB = 1024 * 1024
+
+TARGETS = {
+    "audit.append.per_s": (">=", 2000.0),
+    "audit.verify.s": ("<=", 1.0),
+    "audit.verify.problems": ("<=", 0.0),
+    "audit.export.rss_growth_mb": ("<=", 50.0),
+    "audit.bundle_verify.ok": (">=", 1.0),
+}
+
+
+def _database_url() -> str:
+    return os.environ.get("CASEHUB_BENCH_DATABASE_URL", DEFAULT_URL)
+
+
+def _admin(url: str) -> tuple[str, str]:
+    """Return the URL of the server's `postgres` database and the name of the bench's one."""
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    if parts.scheme not in ("postgres", "postgresql") or not name:
+        raise RuntimeError(f"CASEHUB_BENCH_DATABASE_URL must name a PostgreSQL database: {url!r}")
+    if "bench" not in name:
+        raise RuntimeError(
+            f"the bench drops and recreates its database; {name!r} does not look like a bench "
+            "database (its name must contain 'bench')"
+        )
+    return urlunsplit(parts._replace(path="/postgres")), name
+
+
+def _recreate(admin_url: str, name: str, *, drop_only: bool = False) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        if not drop_only:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def _child(phase: str, url: str, var_dir: Path) -> dict[str, Any]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        # one role runs migrations and the app here; the bench needs no restricted app role
+        if key not in ("CASEHUB_DB_APP_ROLE", "CASEHUB_DEMO")
+    }
+    env.update(
+        DATABASE_URL=url,
+        DJANGO_SETTINGS_MODULE="casehub.settings",
+        CASEHUB_VAR_DIR=str(var_dir),
+        SECRET_KEY=os.environ.get("SECRET_KEY", "bench-only-not-a-secret"),
+    )
+    out = var_dir / f"{phase}.json"
+    subprocess.run(
+        [sys.executable, "-m", "bench.bench_audit", phase, str(out)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
+    return json.loads(out.read_text())
+
+
+def run() -> dict[str, float]:
+    """Return the append rate, verification time, export memory growth and bundle check."""
+    url = _database_url()
+    admin_url, name = _admin(url)
+    try:
+        _recreate(admin_url, name)
+    except Exception as exc:  # psycopg.OperationalError and friends: no server to measure on
+        print(
+            f"  SKIPPED bench_audit: PostgreSQL unreachable at {admin_url} ({exc}). Start it or "
+            "set CASEHUB_BENCH_DATABASE_URL; the audit figures need PostgreSQL.",
+            flush=True,
+        )
+        return {}
+    results: dict[str, float] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="casehub-bench-audit-") as tmp:
+            var_dir = Path(tmp)
+            results.update(_child("append", url, var_dir))
+            results.update(_child("export", url, var_dir))
+    finally:
+        if os.environ.get("CASEHUB_BENCH_KEEP_DB") != "1":
+            _recreate(admin_url, name, drop_only=True)
+    return results
+
+
+# The child processes ------------------------------------------------------------------------
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _reset_peak() -> bool:
+    """Reset VmHWM to the current RSS (Linux ≥ 4.0); False when it cannot be reset."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as clear_refs:
+            clear_refs.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def _setup() -> None:
+    import django
+
+    django.setup()
+
+
+def _append_phase() -> dict[str, float]:
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    from oversight.audit import append_event, case_chain, verify_chain
+
+    call_command("migrate", verbosity=0, interactive=False)
+    get_user_model().objects.create_user(EXPORTER)
+    for i in range(WARMUP_EVENTS):
+        append_event(
+            "bench.warmup.event", actor="analyst", chain=case_chain(WARMUP_CASE_ID), data={"i": i}
+        )
+
+    chain = case_chain(CASE_ID)
+    step = max(EVENTS // 10, 1)
+    started = time.perf_counter()
+    lap = started
+    for i in range(EVENTS):
+        # each call is its own transaction (autocommit outside atomic), as a leaf's event is
+        append_event(
+            "planning.leaf.completed",
+            actor="analyst",
+            chain=chain,
+            data={"case": CASE_ID, "leaf": i, "step": f"s{i % 25}", "status": "done", "attempt": 1},
+        )
+        if (i + 1) % step == 0:
+            now = time.perf_counter()
+            print(
+                f"  appended {i + 1:>7,} events, {step / (now - lap):,.0f}/s in the last {step:,}",
+                file=sys.stderr,
+                flush=True,
+            )
+            lap = now
+    wall = time.perf_counter() - started
+
+    walls: list[float] = []
+    problems = 0
+    for _ in range(VERIFY_RUNS):
+        gc.collect()
+        began = time.perf_counter()
+        problems = max(problems, len(verify_chain(chain)))
+        walls.append(time.perf_counter() - began)
+    return {
+        "audit.append.events": float(EVENTS),
+        "audit.append.wall_s": round(wall, 3),
+        "audit.append.per_s": round(EVENTS / wall, 1),
+        "audit.verify.s": round(statistics.median(walls), 4),
+        "audit.verify.s_best": round(min(walls), 4),
+        "audit.verify.problems": float(problems),
+    }
+
+
+def _export_phase(var_dir: Path) -> dict[str, float]:
+    import shutil
+
+    from django.contrib.auth import get_user_model
+
+    from oversight.export import export_case_bundle
+    from oversight.signing import current_key
+
+    exporter = get_user_model().objects.get(username=EXPORTER)
+    # a short chain first: imports, the signing key's creation, the first queries are not counted
+    export_case_bundle(case_id=WARMUP_CASE_ID, exporter=exporter).file.close()
+    gc.collect()
+    baseline = _status_kib("VmRSS")
+    exact = _reset_peak()
+    started = time.perf_counter()
+    bundle = export_case_bundle(case_id=CASE_ID, exporter=exporter)
+    wall = time.perf_counter() - started
+    # VmHWM, reset to the RSS before the export, is its peak; without the reset, the process's
+    # lifetime peak, which can only overstate the growth
+    peak = _status_kib("VmHWM") if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    growth_mib = max(peak - baseline, 0) / 1024
+    manifest = bundle.summary.manifest
+    if manifest["event_count"] != EVENTS:
+        raise RuntimeError(f"the bundle holds {manifest['event_count']} events, not {EVENTS}")
+
+    path = var_dir / "bundle.zip"
+    with bundle.file, path.open("wb") as copy:
+        shutil.copyfileobj(bundle.file, copy, 1 << 20)
+    key = current_key()
+    began = time.perf_counter()
+    checked = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "casehub_verify.py"),
+            str(path),
+            "--public-key",
+            key.public_key.hex(),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    verify_wall = time.perf_counter() - began
+    ok = checked.returncode == 0 and "INTACT" in checked.stdout and "AUTHENTIC" in checked.stdout
+    if not ok:
+        print(checked.stdout, checked.stderr, sep="\n", file=sys.stderr)
+    verifier_peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {
+        "audit.export.s": round(wall, 3),
+        "audit.export.rss_growth_mb": round(growth_mib, 2),
+        "audit.export.bundle_mb": round(path.stat().st_size / MIB, 2),
+        "audit.bundle_verify.s": round(verify_wall, 3),
+        "audit.bundle_verify.peak_rss_mb": round(verifier_peak_kib / 1024, 1),
+        "audit.bundle_verify.ok": 1.0 if ok else 0.0,
+    }
+
+
+def _main(phase: str, out: Path) -> None:
+    sys.path.insert(0, str(ROOT))
+    _setup()
+    if phase == "append":
+        figures = _append_phase()
+    elif phase == "export":
+        figures = _export_phase(out.parent)
+    else:
+        raise SystemExit(f"unknown phase {phase!r}")
+    out.write_text(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1], Path(sys.argv[2]))
