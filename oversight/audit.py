@@ -101,10 +101,13 @@ def append_event(
             f"audit action codes are dotted, like 'oversight.gate.approved': {action!r}"
         )
     who = actor if isinstance(actor, Actor) else Actor.of(actor)
-    AuditChainHead.objects.bulk_create(
-        [AuditChainHead(chain=chain, seq=0, head_hash=GENESIS_HASH)], ignore_conflicts=True
-    )
-    head = AuditChainHead.objects.select_for_update().get(chain=chain)
+    head = AuditChainHead.objects.select_for_update().filter(chain=chain).first()
+    if head is None:
+        # A new chain: create its head unless a concurrent first append just did, then lock it.
+        AuditChainHead.objects.bulk_create(
+            [AuditChainHead(chain=chain, seq=0, head_hash=GENESIS_HASH)], ignore_conflicts=True
+        )
+        head = AuditChainHead.objects.select_for_update().get(chain=chain)
     seq = head.seq + 1
     now = timezone.now()
     payload = _json_safe(data)
