@@ -307,13 +307,8 @@ def _finish_run(
     return None
 
 
-@transaction.atomic
-def _fail_planning(
-    case_id: int, reason: str, records: list[LlmCallRecord], cache: DatabaseDecompositionCache
-) -> MaterialiseResult:
-    case = Case.objects.select_for_update().get(pk=case_id)
-    if (skipped := _finish_run(case, records, cache)) is not None:
-        return MaterialiseResult(Outcome.SKIPPED, reason=skipped)
+def _mark_plan_failed(case: Case, reason: str, **data: int) -> None:
+    # Called under the case's row lock, inside the caller's transaction.
     case.status = CaseStatus.PLAN_FAILED
     case.error = reason
     case.planning_lease_until = None
@@ -321,8 +316,18 @@ def _fail_planning(
     append_event(
         "planning.plan.failed",
         chain=case_chain(case.pk),
-        data={"case": case.pk, "reason": reason, "llm_calls": len(records)},
+        data={"case": case.pk, "reason": reason, **data},
     )
+
+
+@transaction.atomic
+def _fail_planning(
+    case_id: int, reason: str, records: list[LlmCallRecord], cache: DatabaseDecompositionCache
+) -> MaterialiseResult:
+    case = Case.objects.select_for_update().get(pk=case_id)
+    if (skipped := _finish_run(case, records, cache)) is not None:
+        return MaterialiseResult(Outcome.SKIPPED, reason=skipped)
+    _mark_plan_failed(case, reason, llm_calls=len(records))
     return MaterialiseResult(Outcome.FAILED, reason=reason)
 
 
@@ -387,15 +392,7 @@ def reconcile_planning() -> list[int]:
                 f"Planning did not finish after {case.planning_attempts} attempts (the workers "
                 "running it stopped). Submit the case again."
             )
-            case.status = CaseStatus.PLAN_FAILED
-            case.error = reason
-            case.planning_lease_until = None
-            case.save(update_fields=["status", "error", "planning_lease_until", "updated_at"])
-            append_event(
-                "planning.plan.failed",
-                chain=case_chain(case.pk),
-                data={"case": case.pk, "reason": reason, "attempts": case.planning_attempts},
-            )
+            _mark_plan_failed(case, reason, attempts=case.planning_attempts)
             continue
         lost = "lease expired" if case.planning_lease_until is not None else "never started"
         case.planning_lease_until = None
