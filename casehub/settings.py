@@ -241,3 +241,39 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
+
+# Oversight -----------------------------------------------------------------------------------
+# Called with each plan version just stored, in its transaction: the version's gates open there.
+CASEHUB_PLAN_VERSION_HOOKS = ["oversight.actions.gates.open_gates"]
+# Gates are swept for reminders, escalation and hold this often (seconds).
+CASEHUB_GATE_SWEEP_INTERVAL_S = env_int("CASEHUB_GATE_SWEEP_INTERVAL_S", 60, minimum=1)
+CELERY_BEAT_SCHEDULE["gate-sweep"] = {
+    "task": "oversight.sweep_gates",
+    "schedule": float(CASEHUB_GATE_SWEEP_INTERVAL_S),
+}
+# Wrong signature passwords in a row before signing locks for the user (an admin unlocks it).
+CASEHUB_SIGNING_MAX_FAILURES = env_int("CASEHUB_SIGNING_MAX_FAILURES", 5, minimum=1)
+
+# E-mail notifications (gate opened, case decided). Demo mode writes them under var/mail/.
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "casehub@localhost")
+CASEHUB_BASE_URL = env_str("CASEHUB_BASE_URL", "http://127.0.0.1:8000")
+_MAIL_BACKEND = env_str(
+    "CASEHUB_MAIL_BACKEND",
+    "django.core.mail.backends.filebased.EmailBackend"
+    if DEMO
+    else "django.core.mail.backends.smtp.EmailBackend",
+)
+if _MAIL_BACKEND.endswith("filebased.EmailBackend"):
+    _MAIL_OPTIONS: dict[str, object] = {"file_path": str(VAR_DIR / "mail")}
+elif _MAIL_BACKEND.endswith("smtp.EmailBackend"):
+    _MAIL_OPTIONS = {
+        "host": env_str("CASEHUB_SMTP_HOST", "localhost"),
+        "port": env_int("CASEHUB_SMTP_PORT", 25, minimum=1),
+        "username": env_str("CASEHUB_SMTP_USER"),
+        "password": env_str("CASEHUB_SMTP_PASSWORD"),
+        "use_tls": env_bool("CASEHUB_SMTP_TLS"),
+        "timeout": env_int("CASEHUB_SMTP_TIMEOUT_S", 10, minimum=1),
+    }
+else:
+    _MAIL_OPTIONS = {}
+MAILERS = {"default": {"BACKEND": _MAIL_BACKEND, "OPTIONS": _MAIL_OPTIONS}}

@@ -1,9 +1,11 @@
-"""Oversight models: the audit trail, role capabilities and worker heartbeats."""
+"""Oversight models: the audit trail, role capabilities, worker heartbeats, gating policy,
+gates and their decisions, signing state and notifications."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 
 
 class Capability(models.Model):
@@ -88,3 +90,246 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return self.hostname
+
+
+# Oversight: reason codes, gating policy, gates and their decisions, notifications ------------
+
+
+class ReasonCode(models.Model):
+    """One entry of the controlled list of reasons a decision, edit or change must give (R6)."""
+
+    class AppliesTo(models.TextChoices):
+        REJECT = "reject"
+        EDIT = "edit"
+        CANCEL = "cancel"
+        RERUN = "rerun"
+        POLICY = "policy"
+
+    code = models.SlugField(max_length=50, unique=True)
+    label = models.CharField(max_length=200)
+    applies_to = models.JSONField(
+        default=list, help_text="Kinds of decision this code may justify."
+    )
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["code"]
+
+    def __str__(self) -> str:
+        return self.code
+
+
+class PolicyVersion(models.Model):
+    """One audited version of the gating policy's settings (thresholds, groups, expiry).
+
+    Exactly one version is active. A proposal that makes gating less strict stays pending until
+    a second admin approves it; a stricter one takes effect at once.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        ACTIVE = "active"
+        SUPERSEDED = "superseded"
+        REJECTED = "rejected"
+
+    number = models.PositiveIntegerField(unique=True)
+    values = models.JSONField(help_text="oversight.policy.PolicySettings as data.")
+    status = models.CharField(max_length=12, choices=Status.choices)
+    proposed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    reason_code = models.CharField(max_length=50, blank=True)
+    reason = models.TextField(blank=True)
+    loosens = models.BooleanField(default=False, help_text="Makes gating less strict.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    activated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-number"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["status"], condition=Q(status="active"), name="policy_one_active_version"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"policy v{self.number} ({self.status})"
+
+
+class GateKind(models.TextChoices):
+    PLAN = "plan"
+    STEP = "step"
+    ESCALATION = "escalation"
+
+
+class GateStatus(models.TextChoices):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    VOID = "void"
+
+
+class GateRisk(models.TextChoices):
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+
+# A gate in one of these states can still be decided (an expired gate is held, not closed).
+OPEN_GATE_STATUSES = (GateStatus.PENDING, GateStatus.EXPIRED)
+
+
+class Gate(models.Model):
+    """Where people must approve before work goes on: a plan version, a step, an escalation."""
+
+    case = models.ForeignKey("planning.Case", on_delete=models.PROTECT, related_name="gates")
+    version = models.ForeignKey(
+        "planning.PlanVersion", on_delete=models.PROTECT, related_name="gates"
+    )
+    node = models.ForeignKey(
+        "planning.PlanNode", null=True, blank=True, on_delete=models.PROTECT, related_name="gates"
+    )
+    kind = models.CharField(max_length=12, choices=GateKind.choices)
+    status = models.CharField(max_length=10, choices=GateStatus.choices, default=GateStatus.PENDING)
+    reason = models.TextField(help_text="Why this is gated, in words.")
+    reasons = models.JSONField(default=list, help_text="Each classifier's finding.")
+    risk = models.CharField(max_length=8, choices=GateRisk.choices, default=GateRisk.LOW)
+    approver_group = models.ForeignKey("auth.Group", on_delete=models.PROTECT, related_name="gates")
+    escalation_group = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    quorum = models.PositiveSmallIntegerField(default=1)
+    approvals = models.PositiveSmallIntegerField(default=0)
+    needs_signature = models.BooleanField(default=False)
+    content_hash = models.CharField(
+        max_length=64, help_text="The version's or the node's content hash the gate binds to."
+    )
+    policy_version = models.ForeignKey(
+        PolicyVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    opened_at = models.DateTimeField()
+    remind_at = models.DateTimeField(help_text="When the approver group is reminded.")
+    deadline = models.DateTimeField()
+    reminded_at = models.DateTimeField(null=True, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    held_at = models.DateTimeField(null=True, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    approval_expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="An approval older than this never executes (R4)."
+    )
+    carried_from = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="The approved gate of an unchanged step in the version this one was edited from.",
+    )
+
+    class Meta:
+        ordering = ["deadline", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["version"], condition=Q(kind="plan"), name="gate_one_plan_gate_per_version"
+            ),
+            models.UniqueConstraint(
+                fields=["node"], condition=Q(kind="step"), name="gate_one_step_gate_per_node"
+            ),
+            models.CheckConstraint(
+                condition=Q(kind="plan", node__isnull=True) | ~Q(kind="plan"),
+                name="gate_plan_gate_has_no_node",
+            ),
+            models.CheckConstraint(condition=Q(quorum__gte=1), name="gate_quorum_at_least_1"),
+        ]
+        indexes = [
+            models.Index(fields=["status", "deadline"]),
+            models.Index(fields=["approver_group", "status", "deadline"]),
+            models.Index(fields=["case", "status"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} gate {self.pk}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in OPEN_GATE_STATUSES
+
+
+class GateDecision(models.Model):
+    """One officer's approval or rejection of a gate, bound to what they saw (R3)."""
+
+    class Decision(models.TextChoices):
+        APPROVE = "approve"
+        REJECT = "reject"
+
+    gate = models.ForeignKey(Gate, on_delete=models.PROTECT, related_name="decisions")
+    decider = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    full_name = models.CharField(max_length=300)
+    decision = models.CharField(max_length=8, choices=Decision.choices)
+    reason_code = models.CharField(max_length=50, blank=True)
+    reason = models.TextField(blank=True)
+    version_number = models.PositiveIntegerField()
+    content_hash = models.CharField(max_length=64)
+    time = models.DateTimeField()
+    signature_meaning = models.CharField(
+        max_length=200, blank=True, help_text="Set when the decision was an electronic signature."
+    )
+    signature_hash = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        ordering = ["time", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["gate", "decider"], name="gate_decision_once_per_user"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.decision} of gate {self.gate_id} by {self.decider_id}"
+
+    @property
+    def is_signed(self) -> bool:
+        return bool(self.signature_meaning)
+
+
+class SigningState(models.Model):
+    """Wrong signature passwords of one user; signing locks after too many (R7)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="signing_state"
+    )
+    failures = models.PositiveSmallIntegerField(default=0)
+    locked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"signing state of {self.user_id}"
+
+
+class Notification(models.Model):
+    """An in-app notice to one user: a gate opened for their group, their case was decided."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications"
+    )
+    case = models.ForeignKey(
+        "planning.Case", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    gate = models.ForeignKey(
+        Gate, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    kind = models.CharField(max_length=50)
+    message = models.TextField()
+    url = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["user", "read_at", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} for {self.user_id}"

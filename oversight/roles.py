@@ -12,15 +12,18 @@ from planning import rules
 
 ANALYST = "analyst"
 OFFICER = "compliance officer"
+# Officers who also decide the gates escalated past their deadline.
+SUPERVISOR = "compliance supervisor"
 AUDITOR = "auditor"
 ADMIN = "admin"
-ROLES = (ANALYST, OFFICER, AUDITOR, ADMIN)
+ROLES = (ANALYST, OFFICER, SUPERVISOR, AUDITOR, ADMIN)
 
 # Admins manage users and configuration but hold no gate or audit-changing permission
 # (separation of duties): they are staff, never superusers.
 ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
     ANALYST: (rules.SUBMIT_CASE,),
     OFFICER: (rules.VIEW_ALL_CASES, "oversight.decide_gate", "oversight.edit_plan"),
+    SUPERVISOR: (rules.VIEW_ALL_CASES, "oversight.decide_gate", "oversight.edit_plan"),
     AUDITOR: (rules.VIEW_ALL_CASES, rules.VIEW_AUDIT, "oversight.export_audit"),
     ADMIN: (
         rules.CONFIGURE,

@@ -8,6 +8,7 @@ from celery import shared_task
 from django.contrib.auth import get_user_model
 from django.db import connection
 
+from oversight.actions import gates
 from oversight.anchors import write_checkpoints
 
 
@@ -23,3 +24,9 @@ def write_audit_checkpoints() -> dict[str, object]:
     """Verify every audit chain and checkpoint the intact ones; broken ones raise an alert event."""
     run = write_checkpoints()
     return {"written": len(run.written), "broken": sorted(run.broken)}
+
+
+@shared_task(name="oversight.sweep_gates")
+def sweep_gates() -> dict[str, int]:
+    """Remind, escalate and hold the gates past their deadlines (never approve by time)."""
+    return gates.sweep_gates()

@@ -13,7 +13,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connection
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.utils.http import urlencode
@@ -27,7 +27,7 @@ from oversight.api import EXPORT_AUDIT
 from oversight.audit import case_chain
 from oversight.dispatch import broker_status
 from oversight.export import export_case_bundle
-from oversight.models import AuditEvent, WorkerHeartbeat
+from oversight.models import AuditEvent, Gate, WorkerHeartbeat
 from oversight.signing import current_key_id, public_keys
 from planning import rules
 from planning.queries import case_for
@@ -370,3 +370,11 @@ def health(request: HttpRequest) -> JsonResponse:
     healthy = all(check["ok"] for check in checks.values())
     body = {"status": "ok" if healthy else "degraded", **checks}
     return JsonResponse(body, status=200 if healthy else 503)
+
+
+@require_GET
+def gate_detail(request: HtmxHttpRequest, gate_id: int) -> HttpResponse:
+    """Send the reader to the gate's case (the full review page replaces this)."""
+    gate = get_object_or_404(Gate, pk=gate_id)
+    case = case_for(request.user, gate.case_id)
+    return redirect("planning:case-detail", case.pk)

@@ -33,7 +33,7 @@ class HeartbeatStep(bootsteps.StartStopStep):
             self.tref.cancel()
             self.tref = None
         try:
-            from oversight.actions import forget_worker
+            from oversight.actions.workers import forget_worker
 
             forget_worker(hostname=worker.hostname)
         except Exception:
@@ -42,7 +42,7 @@ class HeartbeatStep(bootsteps.StartStopStep):
     def _beat(self, hostname: str) -> None:
         from django.db import close_old_connections
 
-        from oversight.actions import record_worker_heartbeat
+        from oversight.actions.workers import record_worker_heartbeat
 
         try:
             close_old_connections()

@@ -17,6 +17,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from oversight.audit import append_event, case_chain
 from planning import dispatch, rules
@@ -361,7 +362,18 @@ def _store_plan(
             "width": version.width,
         },
     )
+    run_version_hooks(version)
     return MaterialiseResult(Outcome.MATERIALISED, version=version)
+
+
+def run_version_hooks(version: PlanVersion) -> None:
+    """Call each of `CASEHUB_PLAN_VERSION_HOOKS` on a version just stored, in its transaction.
+
+    This is how the version's gates open in the transaction that stores it, while planning never
+    imports oversight: the hooks are configuration (oversight's `open_gates`).
+    """
+    for path in settings.CASEHUB_PLAN_VERSION_HOOKS:
+        import_string(path)(version)
 
 
 # Recovering lost planning --------------------------------------------------------------------

@@ -167,6 +167,17 @@ class PlanVersion(models.Model):
     leaf_count = models.PositiveIntegerField(default=0)
     critical_path = models.PositiveIntegerField(default=0)
     width = models.PositiveIntegerField(default=0)
+    edited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="Who made this version by editing the previous one (null: planned).",
+    )
+    edit = models.JSONField(
+        null=True, blank=True, help_text="The edit that made this version: node, changes, reason."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -227,6 +238,9 @@ class PlanNode(models.Model):
     failure_policy = models.CharField(max_length=10, blank=True)
     risk = models.CharField(max_length=16, blank=True)
     provenance = models.JSONField(default=dict)
+    content_hash = models.CharField(
+        max_length=64, blank=True, help_text="SHA-256 of what a leaf does; approvals bind to it."
+    )
     status = models.CharField(max_length=20, choices=NodeStatus.choices, default=NodeStatus.PENDING)
 
     class Meta:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
 
+from django.contrib.auth.base_user import AbstractBaseUser
+
 from planning.core.dag import DagPlan
-from planning.core.serialize import content_hash
+from planning.core.serialize import content_hash, node_hash
 from planning.core.tree import Compound, Leaf, Node, Provenance, thaw
 from planning.models import Case, NodeStatus, PlanNode, PlanVersion
 
@@ -66,15 +68,17 @@ def _row(version: PlanVersion, node: Node, position: int, depth: int, plan: DagP
         "status": NodeStatus.PENDING,
     }
     if isinstance(node, Leaf):
+        deps = sorted(plan.dependencies[node.key])
         return PlanNode(
             kind=PlanNode.Kind.LEAF,
+            content_hash=node_hash(node, deps),
             name=node.task,
             agent=node.agent,
             task=node.task,
             rationale=node.rationale,
             tool=node.tool or "",
             inputs=thaw(node.inputs),
-            depends_on=sorted(plan.dependencies[node.key]),
+            depends_on=deps,
             expected_output=node.expected_output or "",
             failure_policy=node.failure_policy,
             risk=node.risk or "",
@@ -85,8 +89,16 @@ def _row(version: PlanVersion, node: Node, position: int, depth: int, plan: DagP
     )
 
 
-def store_version(case: Case, plan: DagPlan) -> PlanVersion:
+def store_version(
+    case: Case,
+    plan: DagPlan,
+    *,
+    edited_by: AbstractBaseUser | None = None,
+    edit: dict[str, object] | None = None,
+) -> PlanVersion:
     """Write `plan` as the case's next version with one row per node; return the version.
+
+    `edited_by` and `edit` name who made the version by editing the previous one, and how.
 
     Call inside the transaction that changes the case; the rows are inserted level by level so
     every parent has its primary key before its children.
@@ -102,6 +114,8 @@ def store_version(case: Case, plan: DagPlan) -> PlanVersion:
         leaf_count=len(plan.leaves),
         critical_path=len(plan.critical_path()),
         width=plan.width(),
+        edited_by=edited_by,
+        edit=edit,
     )
     by_depth: dict[int, list[tuple[PlanNode, str | None]]] = {}
     for position, (node, parent, depth) in enumerate(_walk(plan.root, None, 0)):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from planning.core.dag import DagPlan
@@ -84,3 +84,16 @@ def canonical_json(data: Any) -> str:
 def content_hash(plan: DagPlan) -> str:
     """Return the SHA-256 of the canonical JSON of the plan's tree."""
     return hashlib.sha256(canonical_json(node_to_data(plan.root)).encode()).hexdigest()
+
+
+def node_hash(leaf: Leaf, depends_on: Iterable[str]) -> str:
+    """Return the SHA-256 of what one leaf does: its fields and its resolved dependencies.
+
+    Provenance is left out (an edit changes where a step came from, not what it does); the
+    resolved dependencies are in, so moving a step in the DAG changes its hash. Approvals bind to
+    this hash (RELIABILITY R3).
+    """
+    data = node_to_data(leaf)
+    data.pop("provenance")
+    data["resolved_depends_on"] = sorted(depends_on)
+    return hashlib.sha256(canonical_json(data).encode()).hexdigest()

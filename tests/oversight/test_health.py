@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from oversight.actions import record_worker_heartbeat
+from oversight.actions.workers import record_worker_heartbeat
 from oversight.models import WorkerHeartbeat
 
 pytestmark = pytest.mark.django_db

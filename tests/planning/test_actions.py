@@ -115,10 +115,13 @@ def test_static_plan_is_stored_whole_as_version_one() -> None:
     assert nodes["place-hold"].risk == "financial"
     assert nodes["check-totals"].parent == nodes["verify-invoice"]
     assert version.leaf_count == sum(1 for n in nodes.values() if n.kind == "leaf")
+    # The plan gate and the payment hold's step gate open in the transaction that stores it.
     assert _actions(case) == [
         "planning.case.submitted",
         "planning.plan.started",
         "planning.plan.materialised",
+        "oversight.gate.opened",
+        "oversight.gate.opened",
     ]
     assert verify_chain(case_chain(case.pk)) == []
 

@@ -1,0 +1,782 @@
+"""Gates: open them when a plan version is stored, decide them, sweep them past their deadline.
+
+Every function here that changes state runs in one transaction that also writes the audit
+events. A denial (separation of duties, a wrong signature password) is recorded in a
+transaction of its own, so the refusal is in the trail although nothing else changed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from oversight import notify
+from oversight.audit import SYSTEM_CHAIN, append_event, case_chain
+from oversight.models import (
+    OPEN_GATE_STATUSES,
+    Gate,
+    GateDecision,
+    GateKind,
+    GateRisk,
+    GateStatus,
+    PolicyVersion,
+    ReasonCode,
+    SigningState,
+)
+from oversight.policy import Classification, LeafFacts, PolicySettings, classify
+from planning.models import (
+    Agent,
+    Case,
+    CaseStatus,
+    NodeStatus,
+    PlanNode,
+    PlanVersion,
+    Tool,
+)
+
+logger = logging.getLogger(__name__)
+
+DECIDE_GATE = "oversight.decide_gate"
+CONFIGURE = "oversight.configure"
+
+
+# Errors the API and the pages turn into answers ----------------------------------------------
+
+
+class GateConflict(Exception):
+    """The gate cannot take this decision now: already decided, void, stale or repeated (409)."""
+
+
+class DecisionDenied(PermissionDenied):
+    """The user may not make this decision: separation of duties, role or group (403)."""
+
+
+class SignatureRefused(PermissionDenied):
+    """The e-signature failed: no password, a wrong one, or signing is locked (403)."""
+
+
+class ReasonInvalid(ValueError):
+    """A reason code is missing, unknown or does not apply to this kind of decision (422)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+# Policy --------------------------------------------------------------------------------------
+
+
+def active_policy() -> tuple[PolicyVersion, PolicySettings]:
+    """Return the active policy version and its settings.
+
+    Falls back to the safe defaults (unsaved version 0) when the table has no active row, which
+    only a broken installation has; the gates then record no policy version.
+    """
+    version = PolicyVersion.objects.filter(status=PolicyVersion.Status.ACTIVE).first()
+    if version is None:
+        logger.error("no active gating policy version: the defaults apply")
+        return PolicyVersion(number=0, values={}), PolicySettings()
+    try:
+        return version, PolicySettings.from_data(version.values)
+    except ValueError:
+        logger.exception("policy version %s is unreadable: the defaults apply", version.number)
+        return version, PolicySettings()
+
+
+def leaf_facts(leaves: Sequence[PlanNode]) -> list[LeafFacts]:
+    """Gather what the server knows about each leaf: registered risk, agent trust, provenance.
+
+    Two queries whatever the number of leaves.
+    """
+    tools = dict(
+        Tool.objects.filter(name__in={n.tool for n in leaves if n.tool}).values_list("name", "risk")
+    )
+    trust = dict(
+        Agent.objects.filter(slug__in={n.agent for n in leaves}, enabled=True).values_list(
+            "slug", "trust"
+        )
+    )
+    return [
+        LeafFacts(
+            key=node.key,
+            agent=node.agent,
+            tool=node.tool or None,
+            tool_risk=tools.get(node.tool) if node.tool else None,
+            declared_risk=node.risk or None,
+            inputs=node.inputs if isinstance(node.inputs, dict) else {},
+            agent_trust=trust.get(node.agent),
+            strategy=str(node.provenance.get("strategy", "")),
+            source=str(node.provenance.get("source", "")),
+            depth=int(node.provenance.get("depth", 0) or 0),
+        )
+        for node in leaves
+    ]
+
+
+def _group(name: str) -> Group:
+    group, _ = Group.objects.get_or_create(name=name)
+    return group
+
+
+# Opening gates -------------------------------------------------------------------------------
+
+
+def _risk(level: str) -> str:
+    return level if level in GateRisk.values else GateRisk.HIGH
+
+
+def _plan_gate_reason(gated: int, leaves: int) -> str:
+    steps = "no step needs" if gated == 0 else f"{gated} of {leaves} steps need"
+    return f"every plan version is approved before any step runs; {steps} a step gate of its own"
+
+
+@transaction.atomic
+def open_gates(version: PlanVersion, *, carried: dict[str, Gate] | None = None) -> list[Gate]:
+    """Open the gates of a plan version just stored: one plan gate, a step gate per gated leaf.
+
+    `carried` maps the keys of steps an edit left unchanged to their approved gates in the
+    previous version: such a step's new gate is approved already (the approval is carried, with
+    a reference to it). Gated leaves are `awaiting_approval`. Idempotent: a version whose plan gate
+    exists is left alone. Notifies the approver group of each gate opened.
+    """
+    existing = list(Gate.objects.filter(version=version))
+    if existing:
+        return existing
+    carried = carried or {}
+    case = version.case
+    policy_version, policy = active_policy()
+    policy_row = policy_version if policy_version.pk else None
+    now = timezone.now()
+    deadline = now + timedelta(hours=policy.gate_hours)
+    remind_at = now + timedelta(hours=policy.gate_hours) / 2
+    approvers = _group(policy.approver_group)
+    escalation = _group(policy.escalation_group)
+    leaves = list(PlanNode.objects.filter(version=version, kind=PlanNode.Kind.LEAF))
+    classifications: dict[str, Classification] = {
+        facts.key: classify(facts, policy) for facts in leaf_facts(leaves)
+    }
+    gated = [node for node in leaves if classifications[node.key].gated]
+    gates = [
+        Gate(
+            case=case,
+            version=version,
+            node=None,
+            kind=GateKind.PLAN,
+            reason=_plan_gate_reason(len(gated), len(leaves)),
+            reasons=[],
+            risk=_risk(
+                max(
+                    (classifications[n.key].level for n in gated),
+                    default="low",
+                    key=("low", "medium", "high").index,
+                )
+            ),
+            approver_group=approvers,
+            escalation_group=escalation,
+            quorum=1,
+            content_hash=version.content_hash,
+            policy_version=policy_row,
+            opened_at=now,
+            remind_at=remind_at,
+            deadline=deadline,
+        )
+    ]
+    for node in gated:
+        found = classifications[node.key]
+        previous = carried.get(node.key)
+        is_carried = previous is not None and previous.content_hash == node.content_hash
+        gates.append(
+            Gate(
+                case=case,
+                version=version,
+                node=node,
+                kind=GateKind.STEP,
+                status=GateStatus.APPROVED if is_carried else GateStatus.PENDING,
+                reason=found.reason,
+                reasons=[
+                    {"classifier": f.classifier, "detail": f.detail, "level": f.level}
+                    for f in found.reasons
+                ],
+                risk=_risk(found.level),
+                approver_group=approvers,
+                escalation_group=escalation,
+                quorum=found.quorum,
+                approvals=previous.approvals if is_carried and previous else 0,
+                needs_signature=found.needs_signature,
+                content_hash=node.content_hash,
+                policy_version=policy_row,
+                opened_at=now,
+                remind_at=remind_at,
+                deadline=deadline,
+                decided_at=previous.decided_at if is_carried and previous else None,
+                approval_expires_at=previous.approval_expires_at
+                if is_carried and previous
+                else None,
+                carried_from=previous if is_carried else None,
+            )
+        )
+    gates = Gate.objects.bulk_create(gates)
+    pending_keys = [
+        g.node.key for g in gates if g.node is not None and g.status == GateStatus.PENDING
+    ]
+    PlanNode.objects.filter(version=version, key__in=pending_keys).update(
+        status=NodeStatus.AWAITING_APPROVAL
+    )
+    chain = case_chain(case.pk)
+    for gate in gates:
+        append_event(
+            "oversight.gate.opened" if gate.carried_from is None else "oversight.gate.carried",
+            chain=chain,
+            data=_gate_data(gate) | {"carried_from": gate.carried_from_id},
+        )
+    notify.gates_opened(case, [g for g in gates if g.status == GateStatus.PENDING])
+    return gates
+
+
+def _gate_data(gate: Gate) -> dict[str, Any]:
+    return {
+        "gate": gate.pk,
+        "kind": gate.kind,
+        "case": gate.case_id,
+        "version": gate.version.number,
+        "node": gate.node.key if gate.node is not None else None,
+        "status": gate.status,
+        "reason": gate.reason,
+        "risk": gate.risk,
+        "quorum": gate.quorum,
+        "needs_signature": gate.needs_signature,
+        "content_hash": gate.content_hash,
+        "approver_group": gate.approver_group.name,
+        "deadline": gate.deadline.isoformat(),
+        "policy_version": gate.policy_version.number if gate.policy_version else None,
+    }
+
+
+@transaction.atomic
+def void_open_gates(version: PlanVersion, *, why: str, actor: User | None = None) -> int:
+    """Make every open gate of a version `void` (an edit replaced it, the case ended)."""
+    gates = list(
+        Gate.objects.select_for_update()
+        .select_related("version", "node", "approver_group", "policy_version")
+        .filter(version=version, status__in=OPEN_GATE_STATUSES)
+    )
+    for gate in gates:
+        before = gate.status
+        gate.status = GateStatus.VOID
+        gate.save(update_fields=["status"])
+        append_event(
+            "oversight.gate.voided",
+            actor=actor,
+            chain=case_chain(gate.case_id),
+            data={
+                "gate": gate.pk,
+                "why": why,
+                "before": {"status": before},
+                "after": {"status": GateStatus.VOID},
+            },
+        )
+    return len(gates)
+
+
+# Deciding ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecisionInput:
+    """What the decider sends: the decision, its reason, the signature password, and what they saw.
+
+    `version` and `content_hash`, when given, must still be the gate's (else 409 stale): a page
+    sends what it showed, so a decision never applies to a plan the officer did not see.
+    """
+
+    decision: str
+    reason_code: str = ""
+    reason: str = ""
+    password: str | None = None
+    version: int | None = None
+    content_hash: str | None = None
+
+
+def full_name(user: User) -> str:
+    """Return the name a decision shows for the user (their username when no name is set)."""
+    return user.get_full_name().strip() or user.get_username()
+
+
+def check_reason(code: str, applies_to: str, *, required: bool) -> ReasonCode | None:
+    """Return the active reason code `code` for `applies_to` decisions, or None when not given.
+
+    Raises ReasonInvalid when it is required and missing, unknown, retired or not for this kind.
+    """
+    code = (code or "").strip()
+    if not code:
+        if required:
+            raise ReasonInvalid("reason_code", f"a reason code is required to {applies_to}")
+        return None
+    reason = ReasonCode.objects.filter(code=code, active=True).first()
+    if reason is None:
+        raise ReasonInvalid("reason_code", f"unknown reason code {code!r}")
+    if applies_to not in reason.applies_to:
+        raise ReasonInvalid("reason_code", f"reason code {code!r} does not apply to {applies_to}")
+    return reason
+
+
+def can_decide(user: User, gate: Gate) -> str | None:
+    """Return why the user may not decide this gate (separation of duties), or None.
+
+    The caller has loaded `gate.case` and `gate.version`; the group check reads the user's groups.
+    """
+    if not user.is_active:
+        return "the account is disabled"
+    if user.has_perm(CONFIGURE):
+        return "admins do not decide gates"
+    if not user.has_perm(DECIDE_GATE):
+        return "deciding gates needs the compliance officer role"
+    if gate.case.submitter_id == user.pk:
+        return "nobody decides a gate of a case they submitted"
+    if gate.version.edited_by_id == user.pk:
+        return "the editor of a plan version cannot approve it"
+    groups = {gate.approver_group_id}
+    if gate.escalated_at is not None and gate.escalation_group_id is not None:
+        groups.add(gate.escalation_group_id)
+    if not user.groups.filter(pk__in=groups).exists():
+        return "the gate is for another approver group"
+    return None
+
+
+def _deny(user: User, gate: Gate, action: str, why: str) -> None:
+    # In its own transaction (savepoint when nested), so the refusal stays recorded.
+    with transaction.atomic():
+        append_event(
+            action,
+            actor=user,
+            chain=case_chain(gate.case_id),
+            data={"gate": gate.pk, "case": gate.case_id, "why": why},
+        )
+
+
+def signature_meaning(gate: Gate) -> str:
+    """Return what an approval of this gate means, in words, as the signature records it."""
+    if gate.node is None:
+        return f"approval of plan version {gate.version.number} of case #{gate.case_id}"
+    tool = f" ({gate.node.tool})" if gate.node.tool else ""
+    return (
+        f"approval of step {gate.node.key}{tool} in plan version {gate.version.number} "
+        f"of case #{gate.case_id}"
+    )
+
+
+def _check_signature(user: User, gate: Gate, password: str | None) -> None:
+    """Raise SignatureRefused unless the password is right; count and lock wrong ones (R7).
+
+    A wrong password is counted in its own transaction, so the count survives the refusal.
+    """
+    state, _ = SigningState.objects.get_or_create(user=user)
+    if state.locked_at is not None:
+        _deny(user, gate, "oversight.signature.refused", "signing is locked")
+        raise SignatureRefused(
+            "signing is locked after too many wrong passwords; an admin must unlock it"
+        )
+    if not password:
+        raise SignatureRefused("this approval is an electronic signature: enter your password")
+    if user.check_password(password):
+        if state.failures:
+            SigningState.objects.filter(pk=state.pk).update(failures=0)
+        return
+    with transaction.atomic():
+        state = SigningState.objects.select_for_update().get(pk=state.pk)
+        state.failures += 1
+        locked = state.failures >= settings.CASEHUB_SIGNING_MAX_FAILURES
+        if locked:
+            state.locked_at = timezone.now()
+        state.save(update_fields=["failures", "locked_at"])
+        data = {"gate": gate.pk, "case": gate.case_id, "failures": state.failures}
+        append_event(
+            "oversight.signature.failed", actor=user, chain=case_chain(gate.case_id), data=data
+        )
+        if locked:
+            append_event("security.signing.locked", actor=user, chain=SYSTEM_CHAIN, data=data)
+    if locked:
+        raise SignatureRefused("wrong password: signing is now locked; an admin must unlock it")
+    raise SignatureRefused("wrong password: the approval was not signed")
+
+
+def _load(gate_id: int, *, lock: bool) -> Gate:
+    query = Gate.objects.select_related(
+        "case", "version", "node", "approver_group", "escalation_group", "policy_version"
+    )
+    if lock:
+        query = query.select_for_update(of=("self",))
+    return query.get(pk=gate_id)
+
+
+def decide_gate(*, gate_id: int, user: User, decision: DecisionInput) -> Gate:
+    """Approve or reject a gate as `user`; return the gate after the decision.
+
+    An approval counts towards the quorum (distinct officers); the gate is approved when the
+    quorum is reached. A rejection closes the gate at once: rejecting a plan gate rejects the
+    case; rejecting a step gate applies the step's failure policy.
+
+    Raises Gate.DoesNotExist; GateConflict when the gate is no longer open, stale (its version is
+    no longer the case's current one, or `version`/`content_hash` are not the gate's) or already
+    decided by this user; DecisionDenied (audited) for separation of duties; SignatureRefused
+    (audited) for a signature without the right password; ReasonInvalid for a reason code that is
+    missing on a rejection, unknown or not for this kind of decision.
+    """
+    if decision.decision not in GateDecision.Decision.values:
+        raise ReasonInvalid("decision", "the decision is approve or reject")
+    approve = decision.decision == GateDecision.Decision.APPROVE
+    # Approvals need no reason code (one given must still be on the list); rejections do.
+    reason_code = check_reason(decision.reason_code, "reject", required=not approve)
+    # The checks that refuse (and record the refusal) run before the deciding transaction.
+    gate = _load(gate_id, lock=False)
+    if (why := can_decide(user, gate)) is not None:
+        _deny(user, gate, "oversight.gate.decision_denied", why)
+        raise DecisionDenied(why)
+    if approve and gate.needs_signature:
+        _check_signature(user, gate, decision.password)
+    return _decide(gate_id, user, decision, reason_code)
+
+
+def _conflict(gate: Gate, user: User, decision: DecisionInput) -> str | None:
+    if not gate.is_open:
+        return f"the gate is {gate.status}"
+    if gate.case.current_version_id != gate.version_id:
+        return "the gate belongs to a plan version that is no longer current"
+    if decision.version is not None and decision.version != gate.version.number:
+        return f"the gate is for plan version {gate.version.number}, not {decision.version}"
+    if decision.content_hash and decision.content_hash != gate.content_hash:
+        return "what was shown is not what the gate approves: reload and decide again"
+    if gate.node is not None and gate.node.content_hash != gate.content_hash:
+        return "the step changed after the gate opened"
+    if GateDecision.objects.filter(gate=gate, decider=user).exists():
+        return "you have already decided this gate"
+    return None
+
+
+@transaction.atomic
+def _decide(
+    gate_id: int, user: User, decision: DecisionInput, reason_code: ReasonCode | None
+) -> Gate:
+    gate = _load(gate_id, lock=True)
+    case = Case.objects.select_for_update().get(pk=gate.case_id)
+    gate.case = case
+    if (why := can_decide(user, gate)) is not None:  # roles may have changed meanwhile
+        raise DecisionDenied(why)
+    if (why := _conflict(gate, user, decision)) is not None:
+        raise GateConflict(why)
+    now = timezone.now()
+    approve = decision.decision == GateDecision.Decision.APPROVE
+    signed = approve and gate.needs_signature
+    meaning = signature_meaning(gate) if signed else ""
+    record = GateDecision.objects.create(
+        gate=gate,
+        decider=user,
+        full_name=full_name(user),
+        decision=decision.decision,
+        reason_code=reason_code.code if reason_code else "",
+        reason=decision.reason.strip(),
+        version_number=gate.version.number,
+        content_hash=gate.content_hash,
+        time=now,
+        signature_meaning=meaning,
+        signature_hash=gate.content_hash if signed else "",
+    )
+    before = {"status": gate.status, "approvals": gate.approvals}
+    if approve:
+        gate.approvals += 1
+        if gate.approvals >= gate.quorum:
+            gate.status = GateStatus.APPROVED
+            gate.decided_at = now
+            _, policy = active_policy()
+            gate.approval_expires_at = now + timedelta(hours=policy.approval_valid_hours)
+    else:
+        gate.status = GateStatus.REJECTED
+        gate.decided_at = now
+    gate.save(update_fields=["approvals", "status", "decided_at", "approval_expires_at"])
+    chain = case_chain(case.pk)
+    append_event(
+        "oversight.gate.decided",
+        actor=user,
+        chain=chain,
+        data={
+            "gate": gate.pk,
+            "kind": gate.kind,
+            "node": gate.node.key if gate.node else None,
+            "decision": record.decision,
+            "reason_code": record.reason_code,
+            "reason": record.reason,
+            "version": record.version_number,
+            "content_hash": record.content_hash,
+            "full_name": record.full_name,
+            "signature": {"meaning": meaning, "hash": record.signature_hash} if signed else None,
+            "before": before,
+            "after": {"status": gate.status, "approvals": gate.approvals},
+        },
+    )
+    if gate.status == GateStatus.APPROVED:
+        _on_approved(gate, user)
+    elif gate.status == GateStatus.REJECTED:
+        _on_rejected(gate, user, record)
+    return gate
+
+
+def _set_case_status(case: Case, status: str, user: User | None, **data: Any) -> None:
+    before = case.status
+    case.status = status
+    case.save(update_fields=["status", "updated_at"])
+    append_event(
+        f"planning.case.{status}",
+        actor=user,
+        chain=case_chain(case.pk),
+        data={"case": case.pk, "before": {"status": before}, "after": {"status": status}, **data},
+    )
+
+
+def _on_approved(gate: Gate, user: User) -> None:
+    case = gate.case
+    if gate.kind == GateKind.PLAN:
+        if case.status == CaseStatus.AWAITING_APPROVAL:
+            _set_case_status(case, CaseStatus.APPROVED, user, version=gate.version.number)
+            notify.case_decided(case, approved=True, by=user)
+    elif gate.node is not None:
+        PlanNode.objects.filter(pk=gate.node.pk, status=NodeStatus.AWAITING_APPROVAL).update(
+            status=NodeStatus.PENDING
+        )
+
+
+def _dependents(version: PlanVersion, key: str) -> list[str]:
+    """Return the keys of every leaf that depends on `key`, directly or not."""
+    depends = dict(
+        PlanNode.objects.filter(version=version, kind=PlanNode.Kind.LEAF).values_list(
+            "key", "depends_on"
+        )
+    )
+    found: set[str] = set()
+    frontier = {key}
+    while frontier:
+        frontier = {k for k, deps in depends.items() if set(deps) & frontier} - found
+        found |= frontier
+    return sorted(found)
+
+
+def _on_rejected(gate: Gate, user: User, record: GateDecision) -> None:
+    case = gate.case
+    why = f"rejected ({record.reason_code})" + (f": {record.reason}" if record.reason else "")
+    if gate.kind == GateKind.PLAN:
+        void_open_gates(gate.version, why="the plan was rejected", actor=user)
+        _set_case_status(
+            case,
+            CaseStatus.REJECTED,
+            user,
+            version=gate.version.number,
+            reason_code=record.reason_code,
+            reason=record.reason,
+        )
+        notify.case_decided(case, approved=False, by=user)
+        return
+    node = gate.node
+    assert node is not None
+    policy = node.failure_policy or "abort"
+    if policy == "continue":
+        # The step is skipped; the steps that need its output cannot run.
+        PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.SKIPPED)
+        blocked = _dependents(gate.version, node.key)
+        PlanNode.objects.filter(version=gate.version, key__in=blocked).update(
+            status=NodeStatus.BLOCKED
+        )
+        append_event(
+            "planning.node.skipped",
+            actor=user,
+            chain=case_chain(case.pk),
+            data={"node": node.key, "why": why, "blocked": blocked, "failure_policy": policy},
+        )
+    elif policy == "abort":
+        PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.FAILED)
+        void_open_gates(gate.version, why=f"step {node.key} was rejected", actor=user)
+        _set_case_status(
+            case,
+            CaseStatus.REJECTED,
+            user,
+            node=node.key,
+            reason_code=record.reason_code,
+            reason=record.reason,
+        )
+        notify.case_decided(case, approved=False, by=user)
+    else:
+        # escalate, and retry/replan (a rejection is not transient; re-planning a rejected step
+        # is decided by a supervisor): an escalation gate for the supervisor group.
+        PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.AWAITING_APPROVAL)
+        open_escalation_gate(
+            gate.version,
+            node,
+            reason=f"step {node.key} {why}; failure policy {policy}",
+            actor=user,
+        )
+
+
+@transaction.atomic
+def open_escalation_gate(
+    version: PlanVersion,
+    node: PlanNode | None,
+    *,
+    reason: str,
+    actor: User | None = None,
+    risk: str = GateRisk.HIGH,
+) -> Gate:
+    """Open an escalation gate for the escalation group of the active policy."""
+    policy_version, policy = active_policy()
+    now = timezone.now()
+    gate = Gate.objects.create(
+        case=version.case,
+        version=version,
+        node=node,
+        kind=GateKind.ESCALATION,
+        reason=reason,
+        reasons=[{"classifier": "escalation", "detail": reason, "level": risk}],
+        risk=risk,
+        approver_group=_group(policy.escalation_group),
+        escalation_group=_group(policy.escalation_group),
+        content_hash=node.content_hash if node is not None else version.content_hash,
+        policy_version=policy_version if policy_version.pk else None,
+        opened_at=now,
+        remind_at=now + timedelta(hours=policy.gate_hours) / 2,
+        deadline=now + timedelta(hours=policy.gate_hours),
+    )
+    append_event(
+        "oversight.gate.opened",
+        actor=actor,
+        chain=case_chain(version.case_id),
+        data=_gate_data(gate),
+    )
+    notify.gates_opened(version.case, [gate])
+    return gate
+
+
+def bulk_approve(*, gate_ids: Iterable[int], user: User) -> list[Gate]:
+    """Approve several low-risk step gates of one plan version, one decision per gate.
+
+    All or nothing: raises GateConflict when a gate is not a pending low-risk step gate without
+    signature of the same version, and whatever `decide_gate` raises for any of them.
+    """
+    ids = sorted(set(gate_ids))
+    if not ids:
+        raise GateConflict("select at least one gate")
+    with transaction.atomic():
+        gates = list(Gate.objects.filter(pk__in=ids).select_related("version"))
+        if len(gates) != len(ids):
+            raise Gate.DoesNotExist("a selected gate does not exist")
+        if len({g.version_id for g in gates}) != 1:
+            raise GateConflict("bulk approval takes the gates of one plan version")
+        for gate in gates:
+            if gate.kind != GateKind.STEP or gate.risk != GateRisk.LOW or gate.needs_signature:
+                raise GateConflict(
+                    f"gate {gate.pk} is not a low-risk step gate: approve it on its own page"
+                )
+        return [
+            decide_gate(gate_id=g.pk, user=user, decision=DecisionInput(decision="approve"))
+            for g in gates
+        ]
+
+
+# Deadlines -----------------------------------------------------------------------------------
+
+
+def _sweep_step(query: Q, update: dict[str, Any], action: str, now: datetime) -> list[Gate]:
+    """Apply one deadline step to each due gate once, even with two schedulers at once.
+
+    Rows are claimed with SKIP LOCKED and changed only if still due, so a second sweeper finds
+    nothing to do and nothing is recorded twice.
+    """
+    done = []
+    with transaction.atomic():
+        due = list(
+            Gate.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("case", "version", "node", "approver_group", "escalation_group")
+            .filter(query)
+            .order_by("deadline", "id")[:500]
+        )
+        for gate in due:
+            changed = Gate.objects.filter(Q(pk=gate.pk) & query).update(**update)
+            if not changed:
+                continue
+            for name, value in update.items():
+                setattr(gate, name, value)
+            append_event(
+                action,
+                chain=case_chain(gate.case_id),
+                data={
+                    "gate": gate.pk,
+                    "kind": gate.kind,
+                    "deadline": gate.deadline.isoformat(),
+                    "time": now.isoformat(),
+                },
+            )
+            done.append(gate)
+    return done
+
+
+def sweep_gates(now: datetime | None = None) -> dict[str, int]:
+    """Remind, escalate and hold the gates past their deadlines; never approve by time (R5).
+
+    - half-way to the deadline: a reminder to the approver group;
+    - at the deadline: escalation to the escalation group, who may decide from then on;
+    - the escalation period later: the gate is `expired` — held; the case waits for a decision.
+    Returns how many gates took each step.
+    """
+    now = now or timezone.now()
+    _, policy = active_policy()
+    pending = Q(status=GateStatus.PENDING)
+    reminded = _sweep_step(
+        pending & Q(reminded_at__isnull=True, remind_at__lte=now),
+        {"reminded_at": now},
+        "oversight.gate.reminded",
+        now,
+    )
+    for gate in reminded:
+        notify.gate_reminder(gate)
+    escalated = _sweep_step(
+        pending & Q(escalated_at__isnull=True, deadline__lte=now),
+        {"escalated_at": now},
+        "oversight.gate.escalated",
+        now,
+    )
+    for gate in escalated:
+        notify.gate_escalated(gate)
+    held = _sweep_step(
+        pending & Q(escalated_at__lte=now - timedelta(hours=policy.escalation_hours)),
+        {"status": GateStatus.EXPIRED, "held_at": now},
+        "oversight.gate.held",
+        now,
+    )
+    return {"reminded": len(reminded), "escalated": len(escalated), "held": len(held)}
+
+
+__all__ = [
+    "DecisionDenied",
+    "DecisionInput",
+    "GateConflict",
+    "ReasonInvalid",
+    "SignatureRefused",
+    "active_policy",
+    "bulk_approve",
+    "can_decide",
+    "check_reason",
+    "decide_gate",
+    "full_name",
+    "open_escalation_gate",
+    "open_gates",
+    "signature_meaning",
+    "sweep_gates",
+    "void_open_gates",
+]
