@@ -36,7 +36,9 @@ from ninja.parser import Parser
 from ninja.security import HttpBearer
 from pydantic import ConfigDict
 
+from oversight.actions import gates
 from oversight.api import router as oversight_router
+from oversight.api.gates import router as gates_router
 from planning import actions, rules
 from planning.api import Message, ServerError, ValidationMessage
 from planning.api import router as planning_router
@@ -276,6 +278,16 @@ def _on_case_invalid(request: HttpRequest, exc: actions.CaseInvalid) -> HttpResp
     return _error(exc.message, 422, fields=exc.errors)
 
 
+@api.exception_handler(gates.ReasonInvalid)
+def _on_reason_invalid(request: HttpRequest, exc: gates.ReasonInvalid) -> HttpResponse:
+    return _error(exc.message, 422, fields={exc.field: [exc.message]})
+
+
+@api.exception_handler(gates.GateConflict)
+def _on_gate_conflict(request: HttpRequest, exc: gates.GateConflict) -> HttpResponse:
+    return _error(str(exc), 409)
+
+
 @api.exception_handler(AuthenticationError)
 def _on_unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
     response = _error(
@@ -369,6 +381,7 @@ def create_token(request: HttpRequest, credentials: TokenIn) -> Any:
 
 api.add_router("", planning_router)
 api.add_router("", oversight_router)
+api.add_router("", gates_router)
 
 
 class _AnyPathConverter(PathConverter):

@@ -267,7 +267,7 @@ def _gate_data(gate: Gate) -> dict[str, Any]:
 def void_open_gates(version: PlanVersion, *, why: str, actor: User | None = None) -> int:
     """Make every open gate of a version `void` (an edit replaced it, the case ended)."""
     gates = list(
-        Gate.objects.select_for_update()
+        Gate.objects.select_for_update(of=("self",))
         .select_related("version", "node", "approver_group", "policy_version")
         .filter(version=version, status__in=OPEN_GATE_STATUSES)
     )
