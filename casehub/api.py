@@ -36,9 +36,10 @@ from ninja.parser import Parser
 from ninja.security import HttpBearer
 from pydantic import ConfigDict
 
-from oversight.actions import gates
+from oversight.actions import edits, gates
 from oversight.api import router as oversight_router
 from oversight.api.gates import router as gates_router
+from oversight.api.plans import router as plans_router
 from planning import actions, rules
 from planning.api import Message, ServerError, ValidationMessage
 from planning.api import router as planning_router
@@ -288,6 +289,16 @@ def _on_gate_conflict(request: HttpRequest, exc: gates.GateConflict) -> HttpResp
     return _error(str(exc), 409)
 
 
+@api.exception_handler(edits.EditInvalid)
+def _on_edit_invalid(request: HttpRequest, exc: edits.EditInvalid) -> HttpResponse:
+    return _error(exc.message, 422, fields={exc.field: [exc.message]})
+
+
+@api.exception_handler(edits.EditRefused)
+def _on_edit_refused(request: HttpRequest, exc: edits.EditRefused) -> HttpResponse:
+    return _error(str(exc), 409)
+
+
 @api.exception_handler(AuthenticationError)
 def _on_unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
     response = _error(
@@ -381,6 +392,7 @@ def create_token(request: HttpRequest, credentials: TokenIn) -> Any:
 
 api.add_router("", planning_router)
 api.add_router("", oversight_router)
+api.add_router("", plans_router)
 api.add_router("", gates_router)
 
 

@@ -1,4 +1,6 @@
-"""Planning's part of the JSON API: agents, cases and their plans (a ninja Router).
+"""Planning's part of the JSON API: agents and cases (a ninja Router).
+
+A case's plan is read and edited through oversight's plans router (its nodes carry their gates).
 
 `casehub/api.py` mounts this router on the one NinjaAPI, which authenticates every request
 (bearer tokens), parses bodies strictly and turns errors into JSON. The schemas every router
@@ -12,14 +14,14 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from django.contrib.auth.models import User
-from django.http import Http404, HttpRequest
+from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from ninja.pagination import LimitOffsetPagination, paginate
 from pydantic import ConfigDict, Strict
 
 from planning import actions, rules
-from planning.models import Agent, Case, CaseStatus, PlanNode, Strategy
-from planning.queries import case_for, plan_nodes, visible_cases
+from planning.models import Agent, Case, CaseStatus, Strategy
+from planning.queries import case_for, visible_cases
 
 # Shared by every router ---------------------------------------------------------------------
 
@@ -141,57 +143,6 @@ class CaseFilters(Schema):
     domain: str | None = Field(None, max_length=Case._meta.get_field("domain").max_length)
 
 
-class NodeOut(Schema):
-    id: str
-    parent: str | None
-    kind: Literal["compound", "leaf"]
-    name: str
-    description: str
-    task: str
-    agent: str | None
-    rationale: str
-    tool: str | None
-    inputs: dict[str, Any]
-    depends_on: list[str]
-    status: str
-    risk: str | None
-    gate: int | None = Field(None, description="Id of the node's open gate; null when none.")
-    provenance: dict[str, Any]
-
-
-class PlanOut(Schema):
-    case: int
-    version: int
-    content_hash: str
-    strategy: Strategy
-    warnings: list[str]
-    llm_calls: int
-    created_at: datetime
-    nodes: list[NodeOut]
-
-
-def _node_out(node: PlanNode, keys: dict[int, str]) -> NodeOut:
-    return NodeOut(
-        id=node.key,
-        parent=keys.get(node.parent_id) if node.parent_id is not None else None,
-        kind=node.kind,  # type: ignore[arg-type]
-        name=node.name,
-        description=node.description,
-        task=node.task,
-        agent=node.agent or None,
-        rationale=node.rationale,
-        tool=node.tool or None,
-        inputs=node.inputs,
-        depends_on=list(node.depends_on),
-        status=node.status,
-        risk=node.risk or None,
-        # Gates belong to the oversight app, which planning does not import; until gates exist
-        # the field is always null.
-        gate=None,
-        provenance=node.provenance,
-    )
-
-
 # Endpoints ----------------------------------------------------------------------------------
 # The NinjaAPI documents the refusals every operation shares (400, 401, 413, 422, 500); the
 # responses below are the ones these endpoints decide themselves.
@@ -267,32 +218,3 @@ def get_case(request: HttpRequest, case_id: int) -> Any:
     404 when it does not exist or is not yours to read (the same answer either way).
     """
     return case_for(request_user(request), case_id)
-
-
-@router.get(
-    "/cases/{int:case_id}/plan",
-    response={200: PlanOut, 404: Message},
-    tags=["cases"],
-    summary="Read the current plan version of a case: its tree and DAG",
-)
-def get_plan(request: HttpRequest, case_id: int) -> Any:
-    """Return the case's current plan version with its nodes in tree order.
-
-    404 for a case you may not read, or one that has no plan yet.
-    """
-    case = case_for(request_user(request), case_id)
-    version = case.current_version
-    if version is None:
-        raise Http404(f"Case {case.pk} has no plan yet (status: {case.status}).")
-    nodes = list(plan_nodes(case))
-    keys = {node.pk: node.key for node in nodes}
-    return PlanOut(
-        case=case.pk,
-        version=version.number,
-        content_hash=version.content_hash,
-        strategy=version.strategy,  # type: ignore[arg-type]
-        warnings=list(version.warnings),
-        llm_calls=version.llm_calls,
-        created_at=version.created_at,
-        nodes=[_node_out(node, keys) for node in nodes],
-    )
