@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from django.contrib.auth.models import Group
+from django.db.models import F, Func, IntegerField, QuerySet, Subquery
 from django.http import HttpRequest
 from django.urls import reverse
 
-from oversight.roles import role_of
+from oversight.queries import inbox_for, unread_notifications
+from oversight.roles import ROLES
 from planning import rules
 
 
@@ -16,11 +20,16 @@ class NavItem:
     label: str
     url: str
     key: str
+    count: int | None = None
 
 
-def _items(request: HttpRequest) -> list[NavItem]:
+def _items(request: HttpRequest, counts: dict[str, int]) -> list[NavItem]:
     user = request.user
     items = [NavItem("Home", reverse("home"), "home")]
+    if "inbox_count" in counts:
+        items.append(
+            NavItem("Review inbox", reverse("oversight:inbox"), "inbox", counts["inbox_count"])
+        )
     if rules.can_read_cases(user):
         items.append(NavItem("Cases", reverse("planning:case-list"), "cases"))
     if rules.can_submit_cases(user):
@@ -29,11 +38,48 @@ def _items(request: HttpRequest) -> list[NavItem]:
         items.append(NavItem("Audit trail", reverse("oversight:audit-list"), "audit"))
     if user.is_staff and user.has_perm(rules.CONFIGURE):
         items.append(NavItem("Administration", reverse("admin:index"), "admin"))
+    items.append(
+        NavItem(
+            "Notifications", reverse("oversight:notifications"), "notifications", counts["unread"]
+        )
+    )
     return items
+
+
+def _count_of(rows: QuerySet[Any]) -> Subquery:
+    # COUNT as a plain function, so Django adds no GROUP BY: one row, the number of rows.
+    counted = rows.order_by().annotate(
+        n=Func(F("pk"), function="COUNT", output_field=IntegerField())
+    )
+    return Subquery(counted.values("n")[:1], output_field=IntegerField())
+
+
+def _counts_and_role(request: HttpRequest) -> tuple[dict[str, int], str | None]:
+    """Count the user's unread notices and waiting gates and find their role, in one query.
+
+    The counts ride along the user's groups (one row per group, the same counts on each); only
+    a user in no group at all costs a second query for their notices.
+    """
+    user = request.user
+    counts: dict[str, Any] = {"unread": _count_of(unread_notifications(user))}
+    if user.has_perm("oversight.decide_gate") and not user.has_perm(rules.CONFIGURE):
+        counts["inbox_count"] = _count_of(inbox_for(user))
+    rows = list(Group.objects.filter(user=user).values("name", **counts))
+    if not rows:
+        return {"unread": unread_notifications(user).count(), "inbox_count": 0}, None
+    names = {row["name"] for row in rows}
+    role = next((name for name in ROLES if name in names), None)
+    return {name: int(rows[0][name] or 0) for name in counts}, role
 
 
 def navigation(request: HttpRequest) -> dict[str, object]:
     """Return the nav items and role of the signed-in user (none for visitors)."""
     if not request.user.is_authenticated:
         return {"nav_items": [], "user_role": None}
-    return {"nav_items": _items(request), "user_role": role_of(request.user)}
+    counts, role = _counts_and_role(request)
+    return {
+        "nav_items": _items(request, counts),
+        "user_role": role,
+        "inbox_count": counts.get("inbox_count", 0),
+        "unread_count": counts["unread"],
+    }

@@ -1,11 +1,23 @@
 from django.urls import path
 
 from oversight import views
+from oversight.views import gates
 
 app_name = "oversight"
 
 urlpatterns = [
-    path("gates/<int:gate_id>/", views.gate_detail, name="gate-detail"),
+    path("inbox/", gates.inbox, name="inbox"),
+    path("inbox/approve", gates.inbox_approve, name="inbox-approve"),
+    path("gates/<int:gate_id>/", gates.gate_detail, name="gate-detail"),
+    path("gates/<int:gate_id>/decide", gates.gate_decide, name="gate-decide"),
+    path("cases/<int:case_id>/gates/", gates.case_gates, name="case-gates"),
+    path("notifications/", gates.notifications, name="notifications"),
+    path("notifications/read-all", gates.notifications_read_all, name="notifications-read-all"),
+    path(
+        "notifications/<int:notification_id>/read",
+        gates.notification_read,
+        name="notification-read",
+    ),
     path("audit/", views.audit_list, name="audit-list"),
     path("audit/cases/<int:case_id>/", views.case_trail, name="case-trail"),
     path("audit/cases/<int:case_id>/export", views.case_trail_export, name="case-trail-export"),

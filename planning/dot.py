@@ -116,14 +116,21 @@ def transitive_reduction(
     return {key: reduced[key] for key in keys}
 
 
-def plan_dot(nodes: Sequence[PlanNode], *, url_for: Callable[[PlanNode], str]) -> str:
+def plan_dot(
+    nodes: Sequence[PlanNode],
+    *,
+    url_for: Callable[[PlanNode], str],
+    highlight: str | None = None,
+) -> str:
     """Return the DOT digraph of one plan version's nodes (in tree order, parents first).
 
     Compounds become nested `cluster_<pk>` subgraphs labelled with their name, leaves become
     boxes filled by status. Edges run from each dependency to its dependent leaf, drawn as the
     transitive reduction: an edge already implied by a longer path is left out of the drawing
     (the plan keeps it). Dependencies on keys that are not leaves of these nodes are ignored.
-    The selected step is highlighted in the browser, so the DOT is the same for every viewer.
+    The selected step is highlighted in the browser, so the DOT is the same for every viewer;
+    `highlight` names a leaf key drawn with a thick border and the SVG class `highlight` (a gate's
+    step on the gate page).
     """
     children: dict[int | None, list[PlanNode]] = defaultdict(list)
     known = {node.pk for node in nodes}
@@ -146,6 +153,11 @@ def plan_dot(nodes: Sequence[PlanNode], *, url_for: Callable[[PlanNode], str]) -
         for node in level:
             if node.is_leaf:
                 fill, border = STATUS_COLOURS.get(node.status, _UNKNOWN_COLOURS)
+                extra = (
+                    {"class": "highlight", "penwidth": "3.5", "color": "#1d4ed8"}
+                    if node.key == highlight
+                    else {"color": border}
+                )
                 attrs = _attrs(
                     id=node_id(node),
                     label=leaf_label(node),
@@ -153,7 +165,7 @@ def plan_dot(nodes: Sequence[PlanNode], *, url_for: Callable[[PlanNode], str]) -
                     URL=url_for(node),
                     target="_top",
                     fillcolor=fill,
-                    color=border,
+                    **extra,
                 )
                 out.append(f"{indent}{quote(node_id(node))} [{attrs}];")
             else:

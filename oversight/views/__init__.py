@@ -12,8 +12,9 @@ from django.contrib.auth.decorators import login_not_required, permission_requir
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connection
+from django.db.models import Count
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import render
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.utils.http import urlencode
@@ -25,11 +26,14 @@ from oversight import roles
 from oversight.anchors import latest_checkpoint, verify_anchored_chain
 from oversight.api import EXPORT_AUDIT
 from oversight.audit import case_chain
+from oversight.denials import record_denial
 from oversight.dispatch import broker_status
 from oversight.export import export_case_bundle
-from oversight.models import AuditEvent, Gate, WorkerHeartbeat
+from oversight.models import AccessDenial, AuditEvent, WorkerHeartbeat
+from oversight.queries import inbox_for
 from oversight.signing import current_key_id, public_keys
 from planning import rules
+from planning.models import Case, CaseStatus
 from planning.queries import case_for
 
 TRAIL_PAGE_SIZE = 50
@@ -39,10 +43,28 @@ VERIFIER_FILE = "casehub_verify.py"
 @require_GET
 def home(request: HtmxHttpRequest) -> HttpResponse:
     """Show the signed-in user the landing page of their role."""
-    role = roles.role_of(request.user)
+    user = request.user
+    role = roles.role_of(user)
     context: dict[str, object] = {"role": role}
-    if request.user.has_perm(rules.VIEW_AUDIT):
+    if user.has_perm(rules.VIEW_AUDIT):
         context["recent_events"] = AuditEvent.objects.order_by("-time", "-id")[:10]
+    if user.has_perm(rules.VIEW_AUDIT) or user.has_perm(rules.CONFIGURE):
+        today = _day_start(timezone.localdate())
+        context["events_today"] = AuditEvent.objects.filter(time__gte=today).count()
+    if user.has_perm("oversight.decide_gate"):
+        pending = inbox_for(user).select_related("case", "node", "version")
+        context["first_pending"] = list(pending.order_by("deadline", "id")[:5])
+    if rules.can_submit_cases(user):
+        counts = dict(
+            Case.objects.filter(submitter_id=user.pk)
+            .values_list("status")
+            .annotate(n=Count("pk"))
+            .values_list("status", "n")
+        )
+        context["my_cases"] = [
+            (value, label, counts[value]) for value, label in CaseStatus.choices if value in counts
+        ]
+        context["my_case_total"] = sum(counts.values())
     return render(request, "oversight/home.html", context)
 
 
@@ -60,14 +82,22 @@ def _error_page(request: HtmxHttpRequest, template: str, status: int, message: s
 
 
 def permission_denied(request: HtmxHttpRequest, exception: Exception) -> HttpResponse:
-    """Render the 403 page in the site's layout (a notice for htmx), with the reason given."""
+    """Render the 403 page in the site's layout (a notice for htmx), with the reason given.
+
+    Recorded as an access denial (aggregated per client and minute).
+    """
     # PermissionDenied messages are written by CaseHub's own checks, for the user to read.
     message = str(exception) if isinstance(exception, PermissionDenied) else ""
+    record_denial(request, AccessDenial.Kind.FORBIDDEN)
     return _error_page(request, "403.html", 403, message)
 
 
 def page_not_found(request: HtmxHttpRequest, exception: Exception) -> HttpResponse:
-    """Render the 404 page in the site's layout (a notice for htmx); the reason stays private."""
+    """Render the 404 page in the site's layout (a notice for htmx); the reason stays private.
+
+    Recorded as an access denial (aggregated per client and minute), unless for a static file.
+    """
+    record_denial(request, AccessDenial.Kind.NOT_FOUND)
     return _error_page(request, "404.html", 404, "")
 
 
@@ -370,11 +400,3 @@ def health(request: HttpRequest) -> JsonResponse:
     healthy = all(check["ok"] for check in checks.values())
     body = {"status": "ok" if healthy else "degraded", **checks}
     return JsonResponse(body, status=200 if healthy else 503)
-
-
-@require_GET
-def gate_detail(request: HtmxHttpRequest, gate_id: int) -> HttpResponse:
-    """Send the reader to the gate's case (the full review page replaces this)."""
-    gate = get_object_or_404(Gate, pk=gate_id)
-    case = case_for(request.user, gate.case_id)
-    return redirect("planning:case-detail", case.pk)

@@ -1,0 +1,493 @@
+"""The officers' pages: the review inbox, a gate's page and its decisions, a case's gates,
+notifications and the home pages' counts."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from oversight import roles
+from oversight.audit import case_chain
+from oversight.models import (
+    AuditEvent,
+    Gate,
+    GateDecision,
+    GateKind,
+    GateRisk,
+    GateStatus,
+    Notification,
+    SigningState,
+)
+from planning.actions import materialise_plan, submit_case
+from planning.models import Case, CaseStatus, PlanNode, PlanVersion
+from tests import personas
+from tests.planning.factories import make_case, make_plan
+
+pytestmark = pytest.mark.django_db
+
+
+def client_for(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def invoice_case(analyst: Any) -> Case:
+    """Submit and plan the static INV-1042 invoice case: a plan gate and a payment hold gate."""
+    case = submit_case(
+        submitter=analyst,
+        title="Verify INV-1042",
+        goal="Verify invoice INV-1042",
+        domain="invoice",
+        strategy="static",
+        inputs={"invoice_id": "INV-1042"},
+    )
+    materialise_plan(case.pk)
+    case.refresh_from_db()
+    return case
+
+
+def plan_gate(case: Case) -> Gate:
+    return Gate.objects.get(case=case, version=case.current_version, kind=GateKind.PLAN)
+
+
+def hold_gate(case: Case) -> Gate:
+    return Gate.objects.get(case=case, kind=GateKind.STEP, node__key="place-hold")
+
+
+def step_gates(
+    version: PlanVersion, nodes: list[PlanNode], *, risk: str = GateRisk.LOW, **fields: Any
+) -> list[Gate]:
+    """Open a step gate on each node directly (bulk_create: fast, for read-side tests)."""
+    now = timezone.now()
+    group = Group.objects.get(name=roles.OFFICER)
+    return Gate.objects.bulk_create(
+        [
+            Gate(
+                case=version.case,
+                version=version,
+                node=node,
+                kind=GateKind.STEP,
+                reason=f"step {node.key} writes",
+                reasons=[{"classifier": "risk", "detail": "write step", "level": risk}],
+                risk=risk,
+                approver_group=group,
+                content_hash=node.content_hash,
+                opened_at=now,
+                remind_at=now + timedelta(hours=12),
+                deadline=now + timedelta(hours=24 + n),
+                **fields,
+            )
+            for n, node in enumerate(nodes)
+        ],
+        batch_size=500,
+    )
+
+
+def planned(analyst: Any, leaves: int, **case_fields: Any) -> tuple[Case, PlanVersion]:
+    case = make_case(analyst, **case_fields)
+    version = make_plan(case, leaves=leaves)
+    return case, version
+
+
+def leaves_of(version: PlanVersion) -> list[PlanNode]:
+    return list(PlanNode.objects.filter(version=version, kind="leaf").order_by("position"))
+
+
+def approve(client: Client, gate: Gate, **extra: str) -> Any:
+    gate.refresh_from_db()
+    data = {
+        "decision": "approve",
+        "version": str(gate.version.number),
+        "content_hash": gate.content_hash,
+        "detail_opened": "1",
+        **extra,
+    }
+    return client.post(reverse("oversight:gate-decide", args=[gate.pk]), data)
+
+
+def inbox_gate_ids(client: Client, **params: str) -> list[int]:
+    response = client.get(reverse("oversight:inbox"), params)
+    assert response.status_code == 200
+    return [gate.pk for gate in (row["gate"] for row in response.context["rows"])]
+
+
+# The inbox ---------------------------------------------------------------------------------
+
+
+def test_inbox_lists_the_gates_of_the_officers_group_and_not_of_decided_or_old_versions(
+    analyst: Any, officer: Any, second_officer: Any
+) -> None:
+    case = invoice_case(analyst)
+    ids = {plan_gate(case).pk, hold_gate(case).pk}
+    assert set(inbox_gate_ids(client_for(officer))) == ids
+    assert set(inbox_gate_ids(client_for(second_officer))) == ids
+    # Once the first officer approved the plan gate it is closed for everybody.
+    assert approve(client_for(officer), plan_gate(case)).status_code == 302
+    assert set(inbox_gate_ids(client_for(second_officer))) == {hold_gate(case).pk}
+    # A gate of a version that is no longer current is in no inbox.
+    other, version = planned(analyst, 2)
+    step_gates(version, leaves_of(version))
+    PlanVersion.objects.filter(pk=version.pk).update(number=1)
+    newer = PlanVersion.objects.create(case=other, number=2, strategy="static", content_hash="1")
+    Case.objects.filter(pk=other.pk).update(current_version=newer)
+    assert set(inbox_gate_ids(client_for(second_officer))) == {hold_gate(case).pk}
+
+
+def test_escalated_gates_reach_the_escalation_group_only_after_escalation(analyst: Any) -> None:
+    supervisor = personas.make_user("sue", roles.SUPERVISOR)
+    _case, version = planned(analyst, 1)
+    (gate,) = step_gates(
+        version, leaves_of(version), escalation_group=Group.objects.get(name=roles.SUPERVISOR)
+    )
+    assert inbox_gate_ids(client_for(supervisor)) == []
+    Gate.objects.filter(pk=gate.pk).update(escalated_at=timezone.now())
+    assert inbox_gate_ids(client_for(supervisor)) == [gate.pk]
+
+
+@pytest.mark.scenario("O1")
+def test_a_user_who_is_analyst_and_officer_never_sees_nor_approves_their_own_case() -> None:
+    both = personas.make_user("bea", roles.ANALYST)
+    both.groups.add(Group.objects.get(name=roles.OFFICER))
+    case = invoice_case(both)
+    other = invoice_case(personas.analyst())
+    client = client_for(both)
+    assert set(inbox_gate_ids(client)) == {plan_gate(other).pk, hold_gate(other).pk}
+    gate = plan_gate(case)
+    page = client.get(reverse("oversight:gate-detail", args=[gate.pk])).content.decode()
+    assert 'id="approve-form"' not in page
+    assert "nobody decides a gate of a case they submitted" in page
+    response = approve(client, gate)
+    assert response.status_code == 403
+    assert "nobody decides a gate of a case they submitted" in response.content.decode()
+    assert not GateDecision.objects.filter(gate__case=case).exists()
+    gate.refresh_from_db()
+    assert gate.status == GateStatus.PENDING
+    denied = AuditEvent.objects.filter(
+        chain=case_chain(case.pk), action="oversight.gate.decision_denied"
+    )
+    assert denied.count() == 1 and denied.get().actor_user_id == both.pk
+
+
+def test_the_editor_of_a_version_does_not_see_its_gates(analyst: Any, officer: Any) -> None:
+    _case, version = planned(analyst, 2)
+    step_gates(version, leaves_of(version))
+    PlanVersion.objects.filter(pk=version.pk).update(edited_by=officer)
+    assert inbox_gate_ids(client_for(officer)) == []
+
+
+def test_admins_auditors_and_analysts_have_an_empty_inbox(
+    analyst: Any, auditor: Any, admin_user: Any
+) -> None:
+    invoice_case(analyst)
+    for user in (analyst, auditor, admin_user):
+        response = client_for(user).get(reverse("oversight:inbox"))
+        assert response.context["rows"] == []
+        assert 'data-nav="inbox"' not in response.content.decode()
+
+
+def test_inbox_filters_by_case_domain_kind_and_risk_and_sorts_by_deadline(
+    analyst: Any, officer: Any
+) -> None:
+    invoice, version = planned(analyst, 3)
+    low, medium, high = step_gates(version, leaves_of(version))
+    Gate.objects.filter(pk=medium.pk).update(risk=GateRisk.MEDIUM)
+    Gate.objects.filter(pk=high.pk).update(risk=GateRisk.HIGH)
+    _fraud, fraud_version = planned(analyst, 1, domain="fraud")
+    (fraud_gate,) = step_gates(fraud_version, leaves_of(fraud_version))
+    Gate.objects.filter(pk=fraud_gate.pk).update(deadline=timezone.now() + timedelta(hours=1))
+    client = client_for(officer)
+    assert inbox_gate_ids(client) == [fraud_gate.pk, low.pk, medium.pk, high.pk]
+    assert inbox_gate_ids(client, sort="-deadline") == [high.pk, medium.pk, low.pk, fraud_gate.pk]
+    assert inbox_gate_ids(client, case=str(invoice.pk)) == [low.pk, medium.pk, high.pk]
+    assert inbox_gate_ids(client, domain="fraud") == [fraud_gate.pk]
+    assert inbox_gate_ids(client, risk="high") == [high.pk]
+    assert inbox_gate_ids(client, kind="plan") == []
+    assert inbox_gate_ids(client, kind="step", risk="nonsense") == [
+        fraud_gate.pk,
+        low.pk,
+        medium.pk,
+        high.pk,
+    ]
+    # The filters stay in the URL of the next page and in the form.
+    page = client.get(reverse("oversight:inbox"), {"risk": "high"}).content.decode()
+    assert '<option value="high" selected>' in page
+
+
+def test_inbox_answers_htmx_with_its_table_only(analyst: Any, officer: Any) -> None:
+    _, version = planned(analyst, 2)
+    step_gates(version, leaves_of(version))
+    response = client_for(officer).get(
+        reverse("oversight:inbox"),
+        {"risk": "low"},
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET="inbox-table",
+    )
+    body = response.content.decode()
+    assert body.lstrip().startswith('<div id="inbox-table">') and "<html" not in body
+    assert body.count('data-gate="') == 2
+
+
+@pytest.mark.parametrize("count", [10, 200])
+def test_inbox_page_costs_the_same_number_of_queries_for_10_and_200_gates(
+    count: int, analyst: Any, officer: Any, django_assert_num_queries: Any
+) -> None:
+    _, version = planned(analyst, count)
+    step_gates(version, leaves_of(version))
+    client = client_for(officer)
+    client.get(reverse("oversight:inbox"))  # warm the session
+    # Session, user, permissions (2), the role with the nav counts (one query), the page count and
+    # the page of gates with their cases, versions and nodes: the same for any number of gates.
+    with django_assert_num_queries(7):
+        response = client.get(reverse("oversight:inbox"))
+    assert len(response.context["rows"]) == min(count, 25)
+    assert f'data-count="inbox">{count}<' in response.content.decode()
+
+
+def test_navigation_counts_waiting_gates_and_unread_notifications(
+    analyst: Any, officer: Any
+) -> None:
+    invoice_case(analyst)
+    page = client_for(officer).get(reverse("home")).content.decode()
+    assert 'data-count="inbox">2<' in page
+    # Both gates opened at once: one notice for the officer's group.
+    unread = Notification.objects.filter(user=officer, read_at__isnull=True).count()
+    assert unread == 1
+    assert f'data-count="notifications">{unread}<' in page
+
+
+def test_bulk_approval_of_two_low_risk_step_gates_writes_two_decisions(
+    analyst: Any, officer: Any
+) -> None:
+    case, version = planned(analyst, 3)
+    first, second, third = step_gates(version, leaves_of(version))
+    response = client_for(officer).post(
+        reverse("oversight:inbox-approve"), {"gate": [first.pk, second.pk], "next": "/inbox/"}
+    )
+    assert response.status_code == 302 and response["Location"] == "/inbox/"
+    decisions = GateDecision.objects.filter(gate__case=case)
+    assert sorted(decisions.values_list("gate_id", flat=True)) == [first.pk, second.pk]
+    assert set(decisions.values_list("decider_id", flat=True)) == {officer.pk}
+    statuses = dict(Gate.objects.filter(case=case).values_list("pk", "status"))
+    assert statuses == {first.pk: "approved", second.pk: "approved", third.pk: "pending"}
+    decided = AuditEvent.objects.filter(chain=case_chain(case.pk), action="oversight.gate.decided")
+    assert decided.count() == 2
+
+
+def test_bulk_approval_refuses_a_high_risk_gate_and_approves_nothing(
+    analyst: Any, officer: Any
+) -> None:
+    _case, version = planned(analyst, 2)
+    low, high = step_gates(version, leaves_of(version))
+    Gate.objects.filter(pk=high.pk).update(risk=GateRisk.HIGH)
+    client = client_for(officer)
+    response = client.post(reverse("oversight:inbox-approve"), {"gate": [low.pk, high.pk]})
+    assert response.status_code == 302
+    assert not GateDecision.objects.exists()
+    page = client.get(response["Location"]).content.decode()
+    assert "Nothing was approved" in page and "approve it on its own page" in page
+
+
+# A gate's page -----------------------------------------------------------------------------
+
+
+def test_the_gate_page_says_why_it_is_gated_and_what_the_plan_would_do(
+    analyst: Any, officer: Any
+) -> None:
+    case = invoice_case(analyst)
+    gate = hold_gate(case)
+    response = client_for(officer).get(reverse("oversight:gate-detail", args=[gate.pk]))
+    assert response.status_code == 200
+    page = response.content.decode()
+    why = page.split('data-section="why-gated"', 1)[1].split("</section>", 1)[0]
+    assert gate.reason and gate.reason in why
+    for finding in gate.reasons:
+        assert finding["detail"] in why
+    effects = page.split('data-section="plan-effects"', 1)[1].split("</section>", 1)[0]
+    assert "place_payment_hold on INV-1042 — financial" in effects
+    assert "the output of audit-report, once it has run" in effects
+    # The read-only checks are not consequences.
+    assert "check_totals" not in effects
+    # The step's detail: parent goal, siblings, rationale, provenance, no outputs yet.
+    detail = page.split('id="step-detail"', 1)[1].split("</details>", 1)[0]
+    assert "the payment clerk acts on the report" in detail
+    assert "no outputs yet — this step has not run" in detail
+    assert "audit-report" in detail and "static" in detail
+    # The DAG highlights the gated node.
+    dot = response.context["dot"]
+    assert 'class="highlight"' in dot and dot.count('class="highlight"') == 1
+    node_line = next(line for line in dot.splitlines() if 'class="highlight"' in line)
+    assert f'"node-{gate.node_id}"' in node_line
+    # Signature and the R9 controls.
+    assert 'type="password"' in page and "approval of step place-hold" in page
+    assert 'name="content_hash" value="' + gate.content_hash in page
+    assert "oversight/gate.js" in page and "<script>" not in page
+
+
+def test_approving_the_plan_gate_through_the_page_approves_the_case(
+    analyst: Any, officer: Any
+) -> None:
+    case = invoice_case(analyst)
+    gate = plan_gate(case)
+    client = client_for(officer)
+    response = approve(client, gate)
+    assert response.status_code == 302
+    assert response["Location"] == reverse("oversight:gate-detail", args=[gate.pk])
+    case.refresh_from_db()
+    assert case.status == CaseStatus.APPROVED
+    page = client.get(response["Location"]).content.decode()
+    assert "Your approval is recorded; the gate is approved." in page
+    decisions = page.split('data-section="decisions"', 1)[1]
+    assert officer.get_username() in decisions and "Approve" in decisions
+
+
+def test_an_approval_without_the_opened_detail_is_refused(analyst: Any, officer: Any) -> None:
+    gate = plan_gate(invoice_case(analyst))
+    response = approve(client_for(officer), gate, detail_opened="")
+    assert response.status_code == 422
+    assert "Open and read the step detail before approving" in response.content.decode()
+    assert not GateDecision.objects.exists()
+
+
+def test_a_rejection_needs_a_reason_code_and_then_rejects_the_case(
+    analyst: Any, officer: Any
+) -> None:
+    case = invoice_case(analyst)
+    gate = plan_gate(case)
+    client = client_for(officer)
+    url = reverse("oversight:gate-decide", args=[gate.pk])
+    data = {"decision": "reject", "version": "1", "content_hash": gate.content_hash}
+    response = client.post(url, {**data, "reason": "totals look off"})
+    assert response.status_code == 422
+    assert "a reason code is required to reject" in response.content.decode()
+    assert "totals look off" in response.content.decode()  # the form comes back filled in
+    response = client.post(url, {**data, "reason_code": "too-risky", "reason": "no"})
+    assert response.status_code == 302
+    case.refresh_from_db()
+    assert case.status == CaseStatus.REJECTED
+    page = client.get(reverse("oversight:gate-detail", args=[gate.pk])).content.decode()
+    assert "too-risky" in page and 'id="approve-form"' not in page
+
+
+def test_a_stale_decision_is_refused_with_409(analyst: Any, officer: Any) -> None:
+    gate = plan_gate(invoice_case(analyst))
+    response = approve(client_for(officer), gate, content_hash="0" * 64)
+    assert response.status_code == 409
+    assert "Your decision was not recorded" in response.content.decode()
+    response = approve(client_for(officer), gate, version="7")
+    assert response.status_code == 409
+    assert not GateDecision.objects.exists()
+
+
+@pytest.mark.scenario("O8")
+def test_the_signature_step_asks_for_the_password_and_shows_the_signature(
+    analyst: Any, officer: Any
+) -> None:
+    officer.first_name, officer.last_name = "Olivia", "Ortega"
+    officer.save()
+    case = invoice_case(analyst)
+    gate = hold_gate(case)
+    assert gate.needs_signature
+    client = client_for(officer)
+    response = approve(client, gate)
+    assert response.status_code == 403
+    assert "enter your password" in response.content.decode()
+    response = approve(client, gate, password="wrong")
+    assert response.status_code == 403
+    assert "wrong password" in response.content.decode()
+    assert SigningState.objects.get(user=officer).failures == 1
+    assert not GateDecision.objects.exists()
+    response = approve(client, gate, password=personas.PASSWORD)
+    assert response.status_code == 302
+    decision = GateDecision.objects.get(gate=gate)
+    assert decision.is_signed
+    page = client.get(reverse("oversight:gate-detail", args=[gate.pk])).content.decode()
+    signature = page.split("data-signature>", 1)[1].split("</dl>", 1)[0]
+    assert "Olivia Ortega" in signature
+    assert decision.time.strftime("%Y-%m-%d %H:%M:%S") in signature
+    assert "approval of step place-hold (place_payment_hold) in plan version 1" in signature
+    assert gate.content_hash in signature
+
+
+@pytest.mark.scenario("W4")
+def test_an_analyst_gets_404_for_another_analysts_gate(analyst: Any) -> None:
+    other = personas.analyst("bob")
+    gate = plan_gate(invoice_case(other))
+    client = client_for(analyst)
+    assert client.get(reverse("oversight:gate-detail", args=[gate.pk])).status_code == 404
+    assert approve(client, gate).status_code == 404
+    assert client.get(reverse("oversight:case-gates", args=[gate.case_id])).status_code == 404
+    assert client.get(reverse("oversight:gate-detail", args=[gate.pk + 999])).status_code == 404
+
+
+def test_the_submitter_reads_their_own_gate_without_controls(analyst: Any) -> None:
+    gate = hold_gate(invoice_case(analyst))
+    response = client_for(analyst).get(reverse("oversight:gate-detail", args=[gate.pk]))
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert 'data-section="read-only"' in page and 'id="approve-form"' not in page
+    assert "place_payment_hold on INV-1042" in page
+
+
+def test_the_case_page_loads_its_gates_panel(analyst: Any, officer: Any) -> None:
+    case = invoice_case(analyst)
+    client = client_for(officer)
+    page = client.get(reverse("planning:case-detail", args=[case.pk])).content.decode()
+    url = reverse("oversight:case-gates", args=[case.pk])
+    assert f'hx-get="{url}"' in page and f'href="{url}"' in page
+    fragment = client.get(url, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="case-gates")
+    body = fragment.content.decode()
+    assert body.lstrip().startswith('<section id="case-gates"') and "<html" not in body
+    for gate in (plan_gate(case), hold_gate(case)):
+        assert reverse("oversight:gate-detail", args=[gate.pk]) in body
+    assert body.count('data-yours="true"') == 2
+    full = client.get(url).content.decode()  # without JavaScript: a page of its own
+    assert "<html" in full and 'id="case-gates"' in full
+
+
+# Notifications and home --------------------------------------------------------------------
+
+
+def test_notifications_are_listed_newest_first_and_marked_read(analyst: Any, officer: Any) -> None:
+    case = invoice_case(analyst)
+    Notification.objects.create(user=officer, kind="note", message="second notice", url="/")
+    client = client_for(officer)
+    page = client.get(reverse("oversight:notifications")).content.decode()
+    assert page.index("second notice") < page.index(f"Case #{case.pk}")
+    first = Notification.objects.filter(user=officer).order_by("created_at", "id").first()
+    assert first is not None
+    response = client.post(reverse("oversight:notification-read", args=[first.pk]), {"open": "1"})
+    assert response.status_code == 302 and response["Location"] == first.url
+    first.refresh_from_db()
+    assert first.read_at is not None
+    assert Notification.objects.filter(user=officer, read_at__isnull=True).count() == 1
+    # Another user's notice is not the officer's to mark.
+    theirs = Notification.objects.create(user=analyst, kind="note", message="x")
+    url = reverse("oversight:notification-read", args=[theirs.pk])
+    assert client.post(url).status_code == 404
+    client.post(reverse("oversight:notifications-read-all"))
+    assert not Notification.objects.filter(user=officer, read_at__isnull=True).exists()
+    theirs.refresh_from_db()
+    assert theirs.read_at is None
+
+
+def test_home_pages_show_real_counts(analyst: Any, officer: Any, auditor: Any) -> None:
+    invoice_case(analyst)
+    make_case(analyst, status=CaseStatus.PLAN_FAILED)
+    officer_home = client_for(officer).get(reverse("home")).content.decode()
+    assert '<strong data-count="pending">2</strong>' in officer_home
+    assert "place-hold" in officer_home and reverse("oversight:inbox") in officer_home
+    analyst_home = client_for(analyst).get(reverse("home")).content.decode()
+    cases = analyst_home.split('data-home="my-cases"', 1)[1].split("</ul>", 1)[0]
+    assert 'data-count="awaiting_approval">1<' in cases and 'data-count="plan_failed">1<' in cases
+    auditor_home = client_for(auditor).get(reverse("home")).content.decode()
+    today = AuditEvent.objects.filter(time__date=timezone.localdate()).count()
+    assert today > 0
+    assert f'<strong data-count="events-today">{today}</strong>' in auditor_home
+    assert "1 unread notification" in client_for(officer).get(reverse("home")).content.decode()
