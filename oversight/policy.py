@@ -14,14 +14,23 @@ risk class from the registry, the agent's trust, the provenance, the pack's expl
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 RISK_CLASSES = ("read", "write", "financial", "external", "destructive")
 LEVELS = ("low", "medium", "high")
+
+
+class SettingsInvalid(ValueError):
+    """Policy settings that cannot be used; `problems` maps each bad field to what is wrong."""
+
+    def __init__(self, problems: Mapping[str, str]) -> None:
+        self.problems = dict(problems)
+        super().__init__("; ".join(f"{name}: {why}" for name, why in self.problems.items()))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,54 +74,67 @@ class PolicySettings:
     def from_data(cls, data: Mapping[str, Any]) -> PolicySettings:
         """Build settings from stored data; unknown keys are refused, missing ones default.
 
-        Raises ValueError for an unknown key or a value of the wrong kind.
+        Raises SettingsInvalid (a ValueError naming each bad field) for an unknown key, a value of
+        the wrong kind or one out of range.
         """
-        names = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = set(data) - set(names)
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(str(name) for name in set(data) - names)
         if unknown:
-            raise ValueError(f"unknown policy setting(s): {', '.join(sorted(unknown))}")
+            raise SettingsInvalid({name: "unknown policy setting" for name in unknown})
+        defaults = cls()
         values: dict[str, Any] = {}
+        problems: dict[str, str] = {}
         for name, value in data.items():
-            default = getattr(cls(), name)
             try:
-                values[name] = _coerce(default, value)
-            except (TypeError, ValueError, InvalidOperation) as exc:
-                raise ValueError(f"policy setting {name}: {exc or 'bad value'}") from None
+                values[name] = _coerce(getattr(defaults, name), value)
+            except (TypeError, ValueError, ArithmeticError) as exc:
+                problems[name] = str(exc) or "bad value"
+        if problems:
+            raise SettingsInvalid(problems)
         settings = cls(**values)
         settings.check()
         return settings
 
     def check(self) -> None:
-        """Raise ValueError when a value is out of range."""
-        problems = []
-        if unknown := set(self.gated_risks) - set(RISK_CLASSES):
-            problems.append(f"unknown risk class(es) {', '.join(sorted(unknown))}")
-        if unknown := set(self.signature_risks) - set(RISK_CLASSES):
-            problems.append(f"unknown risk class(es) {', '.join(sorted(unknown))}")
-        if self.amount_threshold < 0 or self.amount_quorum_threshold < 0:
-            problems.append("amount thresholds must not be negative")
+        """Raise SettingsInvalid when a value is out of range."""
+        problems: dict[str, str] = {}
+        for name in ("gated_risks", "signature_risks"):
+            if unknown := set(getattr(self, name)) - set(RISK_CLASSES):
+                problems[name] = f"unknown risk class(es) {', '.join(sorted(unknown))}"
+        for name in ("amount_threshold", "amount_quorum_threshold"):
+            if getattr(self, name) < 0:
+                problems[name] = "an amount threshold must not be negative"
+        if any(not key.strip() for key in self.amount_keys):
+            problems["amount_keys"] = "an amount key must not be blank"
         if not 0 <= self.trust_threshold <= 1:
-            problems.append("the trust threshold must be between 0 and 1")
+            problems["trust_threshold"] = "the trust threshold must be between 0 and 1"
         if self.llm_depth_threshold < 0:
-            problems.append("the LLM depth threshold must not be negative")
+            problems["llm_depth_threshold"] = "the LLM depth threshold must not be negative"
         if not 1 <= self.destructive_quorum <= 5:
-            problems.append("the destructive quorum must be between 1 and 5")
+            problems["destructive_quorum"] = "the destructive quorum must be between 1 and 5"
         for name in ("gate_hours", "escalation_hours", "approval_valid_hours"):
             if not 1 <= getattr(self, name) <= 24 * 90:
-                problems.append(f"{name} must be between 1 and 2160")
-        if not self.approver_group.strip() or not self.escalation_group.strip():
-            problems.append("the approver and escalation groups must be named")
+                problems[name] = "must be between 1 and 2160 hours"
+        for name in ("approver_group", "escalation_group"):
+            if not getattr(self, name).strip():
+                problems[name] = "a group must be named"
         if problems:
-            raise ValueError("; ".join(problems))
+            raise SettingsInvalid(problems)
 
 
 def _coerce(default: Any, value: Any) -> Any:
     if isinstance(default, bool) or isinstance(value, bool):
         raise TypeError("expected a number or text, not true/false")
     if isinstance(default, Decimal):
-        return Decimal(str(value))
+        amount = Decimal(str(value).strip())
+        if not amount.is_finite():
+            raise ValueError("expected a finite amount")
+        return amount
     if isinstance(default, float):
-        return float(value)
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError("expected a finite number")
+        return number
     if isinstance(default, int):
         if isinstance(value, float) and not value.is_integer():
             raise ValueError("expected a whole number")
@@ -285,6 +307,15 @@ def by_risk_class(facts: LeafFacts, settings: PolicySettings) -> Finding | None:
 
 
 _NUMBER = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$|^-?\d+(?:\.\d+)?$")
+# A currency sign or code around an amount ("$25,000.00", "25,000.00 EUR") is not part of it.
+_CURRENCY = re.compile(r"^(?:[A-Za-z]{3}|[$€£¥])\s*|\s*(?:[A-Za-z]{3}|[$€£¥])$")
+
+
+def _number(text: str) -> Decimal | None:
+    text = _CURRENCY.sub("", text.strip()).strip()
+    if not _NUMBER.match(text):
+        return None
+    return Decimal(text.replace(",", ""))
 
 
 def _amounts(value: Any, keys: tuple[str, ...], path: str = "") -> Iterator[tuple[str, Decimal]]:
@@ -296,15 +327,16 @@ def _amounts(value: Any, keys: tuple[str, ...], path: str = "") -> Iterator[tupl
         for index, item in enumerate(value):
             yield from _amounts(item, keys, f"{path}[{index}]")
         return
-    leaf_name = re.split(r"[.\[]", path)[-1].lower() if path else ""
-    if not any(word in leaf_name for word in keys):
+    # The name of a value is its key; an item of a list is named by the list's key.
+    leaf_name = re.sub(r"(?:\[\d+\])+$", "", path).rsplit(".", 1)[-1].lower()
+    if not any(word.lower() in leaf_name for word in keys):
         return
     if isinstance(value, bool):
         return
     if isinstance(value, int | float | Decimal):
         yield path, Decimal(str(value))
-    elif isinstance(value, str) and _NUMBER.match(value.strip()):
-        yield path, Decimal(value.strip().replace(",", ""))
+    elif isinstance(value, str) and (amount := _number(value)) is not None:
+        yield path, amount
 
 
 def _money(amount: Decimal) -> str:
@@ -401,6 +433,7 @@ __all__ = [
     "Finding",
     "LeafFacts",
     "PolicySettings",
+    "SettingsInvalid",
     "by_amount",
     "by_provenance",
     "by_risk_class",
