@@ -254,12 +254,16 @@ def _risk_of(node: PlanNode, tool_risks: Mapping[str, str]) -> str:
     return max(classes, key=lambda r: RISK_ORDER.index(r) if r in RISK_ORDER else 99, default="")
 
 
+def _inputs_of(node: PlanNode) -> dict[str, Any]:
+    return node.inputs if isinstance(node.inputs, dict) else {}
+
+
 def _consequences(
-    leaves: list[PlanNode], by_key: Mapping[str, PlanNode], gated: PlanNode | None
+    leaves: list[PlanNode],
+    by_key: Mapping[str, PlanNode],
+    gated: PlanNode | None,
+    tool_risks: Mapping[str, str],
 ) -> list[Consequence]:
-    tool_risks = dict(
-        Tool.objects.filter(name__in={n.tool for n in leaves if n.tool}).values_list("name", "risk")
-    )
     found = []
     for leaf in leaves:
         risk = _risk_of(leaf, tool_risks)
@@ -309,6 +313,9 @@ def _gate_context(
     by_key = {n.key: n for n in nodes if n.is_leaf}
     by_pk = {n.pk: n for n in nodes}
     leaves = [n for n in nodes if n.is_leaf]
+    tool_risks = dict(
+        Tool.objects.filter(name__in={n.tool for n in leaves if n.tool}).values_list("name", "risk")
+    )
     url_for = _node_url(case.pk)
     parent = by_pk.get(node.parent_id) if node is not None and node.parent_id else None
     siblings = (
@@ -341,7 +348,15 @@ def _gate_context(
         "dot": plan_dot(nodes, url_for=url_for, highlight=node.key if node else None)
         if nodes
         else "",
-        "consequences": _consequences(leaves, by_key, node),
+        "consequences": _consequences(leaves, by_key, node, tool_risks),
+        "steps": [
+            {
+                "node": leaf,
+                "risk": _risk_of(leaf, tool_risks),
+                "inputs": [(str(k), _shown_input(v)) for k, v in _inputs_of(leaf).items()],
+            }
+            for leaf in (leaves if node is None else [])
+        ],
         "leaf_count": len(leaves),
         "decisions": decisions,
         "is_current": is_current,

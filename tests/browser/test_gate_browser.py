@@ -1,0 +1,92 @@
+"""The officer's review in a real browser: the inbox, the plan gate's page with its graph, the
+approve button that waits for the opened detail (R9), the approval; the signature step's page
+with its step highlighted in the graph; the case page's gates panel loaded by htmx."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oversight.models import Gate, GateDecision, GateKind
+from planning.actions import materialise_plan, submit_case
+from planning.catalogue import sync_packs
+from planning.models import Case, CaseStatus
+from tests import personas
+from tests.browser.test_case_flow import _log_in, _watch_console
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def _invoice_case(analyst: Any) -> Case:
+    case = submit_case(
+        submitter=analyst,
+        title="Verify INV-1042",
+        goal="Verify invoice INV-1042 before it is paid",
+        domain="invoice",
+        strategy="static",
+        inputs={"invoice_id": "INV-1042"},
+    )
+    materialise_plan(case.pk)
+    case.refresh_from_db()
+    return case
+
+
+def test_officer_reviews_and_approves_a_plan_gate_from_the_inbox(page: Any, tmp_path: Path) -> None:
+    sync_packs()
+    case = _invoice_case(personas.analyst())
+    officer = personas.officer()
+    officer.first_name, officer.last_name = "Olivia", "Ortega"
+    officer.save()
+    plan_gate = Gate.objects.get(case=case, kind=GateKind.PLAN)
+    hold_gate = Gate.objects.get(case=case, kind=GateKind.STEP, node__key="place-hold")
+    problems = _watch_console(page)
+    page.set_viewport_size({"width": 1500, "height": 1000})
+    _log_in(page, officer.username)
+
+    assert page.inner_text('[data-nav="inbox"] [data-count="inbox"]') == "2"
+    page.click('[data-nav="inbox"]')
+    page.wait_for_selector(f'#inbox-table tr[data-gate="{plan_gate.pk}"]')
+    page.screenshot(path=str(tmp_path / "inbox.png"), full_page=True)
+    # A filter in the URL, applied by htmx without a reload.
+    page.select_option("select[name=risk]", plan_gate.risk)
+    page.wait_for_url(f"**/inbox/?*risk={plan_gate.risk}*")
+    page.click(f'#inbox-table tr[data-gate="{plan_gate.pk}"] a[data-link="gate"]')
+
+    page.wait_for_selector(f'.gate-page[data-gate="{plan_gate.pk}"]')
+    page.wait_for_selector("#dag svg g.node", timeout=30_000)
+    effects = page.inner_text('[data-section="plan-effects"]')
+    assert "place_payment_hold on INV-1042 — financial" in effects
+    assert page.is_disabled("[data-approve]")
+    assert page.is_visible("[data-approve-hint]")
+    page.click("#step-detail summary")
+    page.wait_for_selector("[data-approve]:not([disabled])")
+    assert page.input_value("[data-detail-flag]") == "1"
+    page.screenshot(path=str(tmp_path / "gate.png"), full_page=True)
+    page.click("[data-approve]")
+
+    page.wait_for_selector('.gate-page[data-status="approved"]')
+    assert "Your approval is recorded" in page.inner_text(".messages")
+    assert "Olivia Ortega" in page.inner_text('[data-section="decisions"]')
+    case.refresh_from_db()
+    assert case.status == CaseStatus.APPROVED
+    assert GateDecision.objects.filter(gate=plan_gate, decider=officer).count() == 1
+    page.screenshot(path=str(tmp_path / "approved.png"), full_page=True)
+
+    # The signature step: its step is the one highlighted in the graph.
+    page.goto(f"/gates/{hold_gate.pk}/")
+    page.wait_for_selector("#dag svg g.node.highlight", timeout=30_000)
+    highlighted = page.eval_on_selector_all(
+        "#dag svg g.node.highlight text:first-of-type", "els => els.map(e => e.textContent)"
+    )
+    assert highlighted == ["place-hold"]
+    assert page.is_visible("input[type=password]")
+    page.screenshot(path=str(tmp_path / "signature-gate.png"), full_page=True)
+
+    # The case page loads its gates panel with htmx.
+    page.goto(f"/cases/{case.pk}/")
+    page.wait_for_selector('#case-gates[data-loaded="true"]')
+    assert page.locator(f'#case-gates [data-gate="{hold_gate.pk}"]').count() == 1
+    page.screenshot(path=str(tmp_path / "case-gates.png"), full_page=True)
+    assert problems == []
