@@ -21,6 +21,7 @@ DEMO_USERS: tuple[tuple[str, str, str], ...] = (
     ("analyst", roles.ANALYST, "Ana Lyst"),
     ("officer", roles.OFFICER, "Olivia Officer"),
     ("officer2", roles.OFFICER, "Oscar Second-Officer"),
+    ("supervisor", roles.SUPERVISOR, "Sam Supervisor"),
     ("auditor", roles.AUDITOR, "Audrey Auditor"),
     ("admin", roles.ADMIN, "Adam Admin"),
 )
