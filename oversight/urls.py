@@ -1,7 +1,7 @@
 from django.urls import path
 
 from oversight import views
-from oversight.views import gates
+from oversight.views import gates, versions
 
 app_name = "oversight"
 
@@ -11,6 +11,9 @@ urlpatterns = [
     path("gates/<int:gate_id>/", gates.gate_detail, name="gate-detail"),
     path("gates/<int:gate_id>/decide", gates.gate_decide, name="gate-decide"),
     path("cases/<int:case_id>/gates/", gates.case_gates, name="case-gates"),
+    path("cases/<int:case_id>/versions/", versions.version_history, name="version-history"),
+    path("cases/<int:case_id>/versions/diff/", versions.version_diff, name="version-diff"),
+    path("cases/<int:case_id>/nodes/<int:node_id>/edit/", versions.plan_edit, name="plan-edit"),
     path("notifications/", gates.notifications, name="notifications"),
     path("notifications/read-all", gates.notifications_read_all, name="notifications-read-all"),
     path(

@@ -1,0 +1,295 @@
+"""The version history, the diff page and the step edit form (RELIABILITY R2, R9, O2, O7, W4)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from oversight.actions.edits import edit_plan
+from oversight.audit import case_chain
+from oversight.models import AuditEvent, Gate, GateKind, GateStatus
+from planning.actions import materialise_plan, submit_case
+from planning.models import Agent, Case, PlanNode
+from tests import personas
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def people() -> dict[str, Any]:
+    return {"analyst": personas.analyst(), "officer": personas.officer()}
+
+
+@pytest.fixture
+def case(people: dict[str, Any]) -> Case:
+    case = submit_case(
+        submitter=people["analyst"],
+        title="Verify <INV-1042>",
+        goal="Verify invoice INV-1042",
+        domain="invoice",
+        strategy="static",
+        inputs={"invoice_id": "INV-1042"},
+    )
+    materialise_plan(case.pk)
+    case.refresh_from_db()
+    Agent.objects.create(
+        slug="second-auditor", name="Second auditor", kind=Agent.Kind.TOOL, tools=["check_totals"]
+    )
+    return case
+
+
+def _client(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _node(case: Case, key: str) -> PlanNode:
+    """Return the step `key` of the case's current version (as the database has it now)."""
+    case.refresh_from_db()
+    return PlanNode.objects.get(version=case.current_version, key=key)
+
+
+def _edit_url(case: Case, key: str) -> str:
+    return reverse("oversight:plan-edit", args=[case.pk, _node(case, key).pk])
+
+
+def _edit(case: Case, user: Any, key: str, changes: dict[str, Any], code: str = "other") -> Any:
+    return edit_plan(
+        case_id=case.pk,
+        user=user,
+        node_key=key,
+        changes=changes,
+        reason_code=code,
+        reason="<b>not bold</b>",
+    )
+
+
+def _form(node: PlanNode, **overrides: Any) -> dict[str, Any]:
+    """The edit form as the page sends it when nothing is changed."""
+    data: dict[str, Any] = {
+        "agent": node.agent,
+        "task": node.task,
+        "inputs": json.dumps(node.inputs),
+        "depends_on": node.declared_depends_on or [],
+        "reason_code": "wrong-agent",
+        "reason": "",
+        "base_version": node.version.number,
+    }
+    data.update(overrides)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+# History -------------------------------------------------------------------------------------
+
+
+def test_the_history_lists_each_version_with_its_origin_reason_and_plan_gate(
+    case: Case, people: dict[str, Any]
+) -> None:
+    _edit(case, people["officer"], "check-totals", {"agent": "second-auditor"}, "wrong-agent")
+    url = reverse("oversight:version-history", args=[case.pk])
+    response = _client(people["analyst"]).get(url)
+    assert response.status_code == 200
+    html = response.content.decode()
+    rows = re.findall(r'<tr data-version="(\d+)"', html)
+    assert rows == ["2", "1"]
+    assert "planned (static)" in html
+    assert "edit by olivia" in html
+    assert "<code data-reason-code>wrong-agent</code>" in html
+    assert "&lt;b&gt;not bold&lt;/b&gt;" in html and "<b>not bold</b>" not in html
+    assert "Verify &lt;INV-1042&gt;" in html
+    assert 'data-gate-status="void"' in html and 'data-gate-status="pending"' in html
+    # The analyst sees the history, not the edit links.
+    assert "/edit/" not in html
+    officer_html = _client(people["officer"]).get(url).content.decode()
+    assert _edit_url(case, "check-totals") in officer_html
+
+
+def test_the_history_runs_the_same_queries_for_2_and_4_versions(
+    case: Case, people: dict[str, Any]
+) -> None:
+    client = _client(people["analyst"])
+    url = reverse("oversight:version-history", args=[case.pk])
+
+    def count() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert client.get(url).status_code == 200
+        return len(queries.captured_queries)
+
+    _edit(case, people["officer"], "check-totals", {"task": "Check the totals"})
+    two = count()
+    _edit(case, people["officer"], "check-totals", {"task": "Check the totals again"})
+    _edit(case, people["officer"], "check-po", {"task": "Check the PO"})
+    assert count() == two
+
+
+@pytest.mark.scenario("W4")
+@pytest.mark.parametrize("page", ["version-history", "version-diff"])
+def test_another_analysts_case_history_and_diff_are_404(case: Case, page: str) -> None:
+    for user in (personas.analyst("bob"), personas.outsider(), personas.admin()):
+        response = _client(user).get(reverse(f"oversight:{page}", args=[case.pk]))
+        assert response.status_code == 404
+
+
+# Diff ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.scenario("R9")
+def test_the_diff_page_shows_changed_fields_before_and_after_and_moved_dependencies(
+    case: Case, people: dict[str, Any]
+) -> None:
+    _edit(case, people["officer"], "check-totals", {"agent": "second-auditor"}, "wrong-agent")
+    _edit(case, people["officer"], "check-po", {"depends_on": ["check-totals"]})
+    client = _client(people["analyst"])
+    url = reverse("oversight:version-diff", args=[case.pk])
+
+    latest = client.get(url).content.decode()  # v2 → v3 by default
+    assert 'data-from="2" data-to="3"' in latest
+    assert '<section class="card" aria-labelledby="deps-title"' in latest
+    assert re.search(r'<tr data-node="check-po">.*?lookup-supplier.*?check-totals', latest, re.S)
+
+    whole = client.get(url, {"from": 1, "to": 2}).content.decode()
+    assert re.search(
+        r'data-field="agent"><th scope="row">agent</th><td><pre class="json">payments-auditor'
+        r'</pre></td><td><pre class="json">second-auditor</pre>',
+        whole,
+    )
+    assert 'data-section="dependencies"' not in whole
+    assert '<option value="1" selected>v1</option>' in whole
+    assert "edit of step <code>check-totals</code> by olivia" in whole
+
+
+def test_the_diff_page_lists_removed_steps_and_says_when_there_is_nothing_before(
+    case: Case, people: dict[str, Any]
+) -> None:
+    client = _client(people["analyst"])
+    url = reverse("oversight:version-diff", args=[case.pk])
+    first = client.get(url)
+    assert first.status_code == 200
+    assert 'data-note="first"' in first.content.decode()
+    _edit(case, people["officer"], "place-hold", {"remove": True})
+    html = client.get(url).content.decode()
+    assert re.search(r'data-section="removed".*?data-node="place-hold"', html, re.S)
+    assert client.get(url, {"from": 1, "to": 1}).content.decode().count('data-note="same"') == 1
+    assert client.get(url, {"to": 9}).status_code == 404
+    assert client.get(url, {"from": "x"}).status_code == 404
+
+
+# The edit form -------------------------------------------------------------------------------
+
+
+def test_an_officer_edits_a_step_through_the_form_and_lands_on_the_diff(
+    case: Case, people: dict[str, Any]
+) -> None:
+    client = _client(people["officer"])
+    url = _edit_url(case, "check-totals")
+    page = client.get(url)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert '<option value="second-auditor"' in html
+    assert '<option value="wrong-agent"' in html
+    assert '<option value="duplicate"' not in html  # a code that does not apply to edits
+    assert 'name="base_version" value="1"' in html
+    assert "<script" not in html.split("<main", 1)[-1]
+
+    node = _node(case, "check-totals")
+    response = client.post(url, _form(node, agent="second-auditor", reason="knows them"))
+    diff_url = reverse("oversight:version-diff", args=[case.pk])
+    assert response.status_code == 302
+    assert response["Location"] == f"{diff_url}?from=1&to=2"
+    case.refresh_from_db()
+    assert case.current_version is not None and case.current_version.number == 2
+    assert _node(case, "check-totals").agent == "second-auditor"
+    # Only what changed is in the edit: the other fields were sent back as they were.
+    assert case.current_version.edit["changes"] == {"agent": "second-auditor"}
+    assert Gate.objects.get(version__number=1, case=case, kind=GateKind.PLAN).status == (
+        GateStatus.VOID
+    )
+
+
+@pytest.mark.scenario("O7")
+def test_an_edit_without_a_reason_code_shows_the_form_again_and_changes_nothing(
+    case: Case, people: dict[str, Any]
+) -> None:
+    client = _client(people["officer"])
+    node = _node(case, "check-totals")
+    events = AuditEvent.objects.filter(chain=case_chain(case.pk)).count()
+    response = client.post(
+        _edit_url(case, "check-totals"), _form(node, agent="second-auditor", reason_code="")
+    )
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert re.search(r'data-field="reason_code">.*?a reason code is required', html, re.S)
+    assert case.versions.count() == 1
+    assert AuditEvent.objects.filter(chain=case_chain(case.pk)).count() == events
+
+
+def test_an_invalid_edit_shows_why_on_its_field(case: Case, people: dict[str, Any]) -> None:
+    client = _client(people["officer"])
+    node = _node(case, "check-totals")
+    url = _edit_url(case, "check-totals")
+    off_list = client.post(url, _form(node, agent="erp-connector"))
+    assert off_list.status_code == 422
+    assert re.search(r'data-field="agent">.*?is not allowed for', off_list.content.decode(), re.S)
+    bad_json = client.post(url, _form(node, inputs="{not json"))
+    assert bad_json.status_code == 422
+    assert re.search(r'data-field="inputs">.*?Not valid JSON', bad_json.content.decode(), re.S)
+    nothing = client.post(url, _form(node))
+    assert nothing.status_code == 422
+    assert 'data-errors="form"' in nothing.content.decode()
+    assert case.versions.count() == 1
+
+
+def test_a_stale_form_is_refused_with_a_notice(case: Case, people: dict[str, Any]) -> None:
+    client = _client(people["officer"])
+    node = _node(case, "check-totals")
+    _edit(case, people["officer"], "check-po", {"task": "Check the PO"})
+    # The form of v1 still posts to the v1 node, which is no longer current.
+    response = client.post(
+        reverse("oversight:plan-edit", args=[case.pk, node.pk]), _form(node, task="Again")
+    )
+    assert response.status_code == 200
+    assert "earlier plan version" in response.content.decode()
+    assert case.versions.count() == 2
+    # On the current node, a base version that is not the current one is a 409.
+    current = _node(case, "check-totals")
+    stale = client.post(_edit_url(case, "check-totals"), _form(current, task="x", base_version=1))
+    assert stale.status_code == 409
+    assert "reload and edit again" in stale.content.decode()
+    assert case.versions.count() == 2
+
+
+@pytest.mark.scenario("O2")
+def test_the_submitter_an_auditor_and_an_admin_cannot_open_the_edit_form(
+    case: Case, people: dict[str, Any]
+) -> None:
+    url = _edit_url(case, "check-totals")
+    assert _client(people["analyst"]).get(url).status_code == 403
+    assert _client(people["analyst"]).post(url, _form(_node(case, "check-totals"))).status_code == (
+        403
+    )
+    assert _client(personas.auditor()).get(url).status_code == 403
+    assert _client(personas.admin()).get(url).status_code == 404  # admins read no cases
+    assert _client(personas.analyst("bob")).get(url).status_code == 404
+    assert case.versions.count() == 1
+
+
+def test_a_compound_or_another_cases_node_has_no_edit_form(
+    case: Case, people: dict[str, Any]
+) -> None:
+    client = _client(people["officer"])
+    root = _node(case, "verify-invoice")
+    assert client.get(reverse("oversight:plan-edit", args=[case.pk, root.pk])).status_code == 404
+    other = submit_case(
+        submitter=people["analyst"], title="Other", goal="Verify invoice INV-1042",
+        domain="invoice", strategy="static", inputs={"invoice_id": "INV-1042"},
+    )  # fmt: skip
+    leaf = _node(case, "check-totals")
+    assert client.get(reverse("oversight:plan-edit", args=[other.pk, leaf.pk])).status_code == 404
