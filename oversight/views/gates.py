@@ -11,6 +11,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.models import User
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
@@ -30,6 +31,7 @@ from oversight.actions.gates import (
     signature_meaning,
 )
 from oversight.actions.notifications import mark_notifications_read
+from oversight.audit import SYSTEM_CHAIN, append_event
 from oversight.models import (
     Gate,
     GateDecision,
@@ -179,6 +181,28 @@ def inbox_approve(request: HtmxHttpRequest) -> HttpResponse:
 
 
 # A gate's page -----------------------------------------------------------------------------
+
+
+def _not_found(request: HtmxHttpRequest, what: str, object_id: int) -> Http404:
+    """Record a request for something the user may not see (or that does not exist), W4.
+
+    The answer is the same 404 either way, so the record says nothing the user could not know.
+    """
+    with transaction.atomic():
+        append_event(
+            "security.access.not_found",
+            actor=request.user,
+            chain=SYSTEM_CHAIN,
+            data={"what": what, "id": object_id, "path": request.path, "method": request.method},
+        )
+    return Http404(f"No such {what}")
+
+
+def _gate_for(request: HtmxHttpRequest, gate_id: int) -> Gate:
+    try:
+        return visible_gate(request.user, gate_id)
+    except Http404:
+        raise _not_found(request, "gate", gate_id) from None
 
 
 def _node_url(case_id: int) -> Callable[[PlanNode], str]:
@@ -379,7 +403,7 @@ def gate_detail(request: HtmxHttpRequest, gate_id: int) -> HttpResponse:
 
     Raises Http404 when the gate's case is not the user's to read.
     """
-    gate = visible_gate(request.user, gate_id)
+    gate = _gate_for(request, gate_id)
     return render(request, "oversight/gate_detail.html", _gate_context(request, gate))
 
 
@@ -410,7 +434,7 @@ def gate_decide(request: HtmxHttpRequest, gate_id: int) -> HttpResponse:
     `decide_gate`) for one they may not decide. A stale decision answers 409, a wrong signature
     password 403, a reason code that does not fit 422, each on the gate page with the reason.
     """
-    gate = visible_gate(request.user, gate_id)
+    gate = _gate_for(request, gate_id)
     user: User = request.user  # type: ignore[assignment]
     decision = request.POST.get("decision", "")
     opened = "1" in request.POST.getlist("detail_opened")
@@ -469,7 +493,10 @@ def case_gates(request: HtmxHttpRequest, case_id: int) -> HttpResponse:
     The case page loads it with htmx; without JavaScript its link opens it as a page. Raises
     Http404 when the case is not the user's to read.
     """
-    case = case_for(request.user, case_id)
+    try:
+        case = case_for(request.user, case_id)
+    except Http404:
+        raise _not_found(request, "case", case_id) from None
     gates = list(
         Gate.objects.filter(case=case, version_id=case.current_version_id)
         .select_related("node")

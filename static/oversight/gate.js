@@ -22,6 +22,10 @@
         if (hint) hint.hidden = opened;
       }
       detail.addEventListener("toggle", update);
+      var link = hint && hint.querySelector("a");
+      if (link) {
+        link.addEventListener("click", function () { detail.open = true; });
+      }
       update();
     });
   }

@@ -100,7 +100,7 @@ def leaves_of(version: PlanVersion) -> list[PlanNode]:
     return list(PlanNode.objects.filter(version=version, kind="leaf").order_by("position"))
 
 
-def approve(client: Client, gate: Gate, **extra: str) -> Any:
+def approve(client: Client, gate: Gate, **extra: Any) -> Any:
     gate.refresh_from_db()
     data = {
         "decision": "approve",
@@ -353,6 +353,10 @@ def test_an_approval_without_the_opened_detail_is_refused(analyst: Any, officer:
     assert response.status_code == 422
     assert "Open and read the step detail before approving" in response.content.decode()
     assert not GateDecision.objects.exists()
+    # Without JavaScript the hidden flag stays empty and the detail's checkbox carries it.
+    response = approve(client_for(officer), gate, detail_opened=["", "1"])
+    assert response.status_code == 302
+    assert GateDecision.objects.filter(gate=gate, decider=officer).count() == 1
 
 
 def test_a_rejection_needs_a_reason_code_and_then_rejects_the_case(
@@ -424,6 +428,14 @@ def test_an_analyst_gets_404_for_another_analysts_gate(analyst: Any) -> None:
     assert approve(client, gate).status_code == 404
     assert client.get(reverse("oversight:case-gates", args=[gate.case_id])).status_code == 404
     assert client.get(reverse("oversight:gate-detail", args=[gate.pk + 999])).status_code == 404
+    attempts = AuditEvent.objects.filter(action="security.access.not_found", actor_user=analyst)
+    assert [(e.data["what"], e.data["id"], e.data["method"]) for e in attempts.order_by("seq")] == [
+        ("gate", gate.pk, "GET"),
+        ("gate", gate.pk, "POST"),
+        ("case", gate.case_id, "GET"),
+        ("gate", gate.pk + 999, "GET"),
+    ]
+    assert not GateDecision.objects.exists()
 
 
 def test_the_submitter_reads_their_own_gate_without_controls(analyst: Any) -> None:
