@@ -176,7 +176,7 @@ def _latest_gates(version: PlanVersion) -> tuple[dict[int, GateRef], GateRef | N
         .values_list("id", "kind", "status", "node_id")
     )
     for gate_id, kind, status, node_id in rows:
-        ref = GateRef(id=gate_id, kind=kind, status=status)
+        ref = GateRef(id=gate_id, kind=GateKind(kind), status=GateStatus(status))
         if node_id is not None:
             by_node[node_id] = ref
         elif kind == GateKind.PLAN:
@@ -221,7 +221,7 @@ def get_plan(request: HttpRequest, case_id: int, query: Query[PlanQuery]) -> Any
     keys = {node.pk: node.key for node in nodes}
     gates, plan_gate = _latest_gates(version)
     # One more query for an edited version only: the count never grows with the plan.
-    editor = version.edited_by.get_username() if version.edited_by_id is not None else None
+    editor = version.edited_by.get_username() if version.edited_by is not None else None
     return PlanOut(
         case=case.pk,
         version=version.number,
