@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
 from django.db.models import F, Func, IntegerField, QuerySet, Subquery
 from django.http import HttpRequest
 from django.urls import reverse
@@ -60,16 +60,16 @@ def _counts_and_role(request: HttpRequest) -> tuple[dict[str, int], str | None]:
     The counts ride along the user's groups (one row per group, the same counts on each); only
     a user in no group at all costs a second query for their notices.
     """
-    user = request.user
+    user = cast(User, request.user)
     counts: dict[str, Any] = {"unread": _count_of(unread_notifications(user))}
     if user.has_perm("oversight.decide_gate") and not user.has_perm(rules.CONFIGURE):
         counts["inbox_count"] = _count_of(inbox_for(user))
-    rows = list(Group.objects.filter(user=user).values("name", **counts))
+    rows = list(Group.objects.filter(user=user).annotate(**counts).values_list("name", *counts))
     if not rows:
-        return {"unread": unread_notifications(user).count(), "inbox_count": 0}, None
-    names = {row["name"] for row in rows}
+        return {"unread": unread_notifications(user).count()}, None
+    names = {row[0] for row in rows}
     role = next((name for name in ROLES if name in names), None)
-    return {name: int(rows[0][name] or 0) for name in counts}, role
+    return {name: int(value or 0) for name, value in zip(counts, rows[0][1:], strict=True)}, role
 
 
 def navigation(request: HttpRequest) -> dict[str, object]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import messages
 from django.contrib.auth.models import User
@@ -515,9 +515,10 @@ def case_gates(request: HtmxHttpRequest, case_id: int) -> HttpResponse:
 @require_GET
 def notifications(request: HtmxHttpRequest) -> HttpResponse:
     """List the user's notifications, newest first."""
-    rows = Notification.objects.filter(user_id=request.user.pk).order_by("-created_at", "-id")
+    user = cast(User, request.user)
+    rows = Notification.objects.filter(user=user).order_by("-created_at", "-id")
     page = Paginator(rows, NOTIFICATIONS_PAGE_SIZE).get_page(request.GET.get("page"))
-    unread = Notification.objects.filter(user_id=request.user.pk, read_at__isnull=True).count()
+    unread = Notification.objects.filter(user=user, read_at__isnull=True).count()
     return render(request, "oversight/notification_list.html", {"page": page, "unread": unread})
 
 
@@ -527,10 +528,11 @@ def notification_read(request: HtmxHttpRequest, notification_id: int) -> HttpRes
 
     Raises Http404 for a notification that is not the user's.
     """
-    notice = Notification.objects.filter(pk=notification_id, user_id=request.user.pk).first()
+    user = cast(User, request.user)
+    notice = Notification.objects.filter(pk=notification_id, user=user).first()
     if notice is None:
         raise Http404("No such notification")
-    mark_notifications_read(user=request.user, notification_ids=[notice.pk])  # type: ignore[arg-type]
+    mark_notifications_read(user=user, notification_ids=[notice.pk])
     safe = url_has_allowed_host_and_scheme(notice.url, allowed_hosts={request.get_host()})
     if request.POST.get("open") == "1" and notice.url and safe:
         return redirect(notice.url)

@@ -182,11 +182,11 @@ def test_the_editor_of_a_version_does_not_see_its_gates(analyst: Any, officer: A
     assert inbox_gate_ids(client_for(officer)) == []
 
 
-def test_admins_auditors_and_analysts_have_an_empty_inbox(
-    analyst: Any, auditor: Any, admin_user: Any
+def test_admins_auditors_analysts_and_outsiders_have_an_empty_inbox(
+    analyst: Any, auditor: Any, admin_user: Any, outsider: Any
 ) -> None:
     invoice_case(analyst)
-    for user in (analyst, auditor, admin_user):
+    for user in (analyst, auditor, admin_user, outsider):
         response = client_for(user).get(reverse("oversight:inbox"))
         assert response.context["rows"] == []
         assert 'data-nav="inbox"' not in response.content.decode()
