@@ -35,10 +35,10 @@ def _invoice_case(analyst: Any) -> Case:
 
 def test_officer_reviews_and_approves_a_plan_gate_from_the_inbox(page: Any, tmp_path: Path) -> None:
     sync_packs()
-    case = _invoice_case(personas.analyst())
     officer = personas.officer()
     officer.first_name, officer.last_name = "Olivia", "Ortega"
     officer.save()
+    case = _invoice_case(personas.analyst())  # the officer's group is notified
     plan_gate = Gate.objects.get(case=case, kind=GateKind.PLAN)
     hold_gate = Gate.objects.get(case=case, kind=GateKind.STEP, node__key="place-hold")
     problems = _watch_console(page)
@@ -89,4 +89,17 @@ def test_officer_reviews_and_approves_a_plan_gate_from_the_inbox(page: Any, tmp_
     page.wait_for_selector('#case-gates[data-loaded="true"]')
     assert page.locator(f'#case-gates [data-gate="{hold_gate.pk}"]').count() == 1
     page.screenshot(path=str(tmp_path / "case-gates.png"), full_page=True)
+
+    # Home counts what waits; the notice of the opened gates is read and marked read.
+    page.goto("/")
+    assert page.inner_text('[data-count="pending"]') == "1"
+    page.screenshot(path=str(tmp_path / "home.png"), full_page=True)
+    assert page.inner_text('[data-nav="notifications"] [data-count="notifications"]') == "1"
+    page.click('[data-nav="notifications"]')
+    page.wait_for_selector('.notification[data-read="false"]')
+    assert f"Case #{case.pk}" in page.inner_text(".notification-list")
+    page.screenshot(path=str(tmp_path / "notifications.png"), full_page=True)
+    page.click('[data-action="read-all"]')
+    page.wait_for_selector('.notification[data-read="true"]')
+    assert page.locator('[data-count="notifications"]').count() == 0
     assert problems == []
