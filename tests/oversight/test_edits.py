@@ -17,7 +17,10 @@ from oversight.audit import case_chain, verify_chain
 from oversight.models import AuditEvent, Gate, GateKind, GateStatus
 from planning import actions
 from planning.actions import materialise_plan, submit_case
+from planning.core.dag import DagPlan
+from planning.core.tree import Compound, Leaf, Provenance
 from planning.models import Agent, Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
+from planning.versions import store_version
 from tests import personas
 from tests.planning.factories import make_case, make_plan
 
@@ -503,3 +506,22 @@ def test_the_plan_with_gates_runs_the_same_queries_for_5_and_50_leaves(
     assert counts[0] == counts[1]
     with django_assert_num_queries(counts[0]):
         client.get(url)
+
+
+def test_removing_the_only_step_of_a_group_is_refused(people: dict[str, Any]) -> None:
+    provenance = Provenance(strategy="static", source="test", depth=1)
+    only = Leaf(key="only", agent="ap-reviewer", task="Review it", provenance=provenance)
+    other = Leaf(key="other", agent="ap-reviewer", task="Review more", provenance=provenance)
+    group = Compound(key="group", name="Group", children=(only,), provenance=provenance)
+    root = Compound(key="root", name="Root", children=(group, other), provenance=provenance)
+    case = make_case(people["analyst"])
+    version = store_version(case, DagPlan.build(root))
+    Case.objects.filter(pk=case.pk).update(current_version=version)
+    gates.open_gates(version)
+    before = _snapshot(case)
+    with pytest.raises(EditInvalid, match="cannot be left empty") as refused:
+        _edit(case, people["officer"], "only", {"remove": True})
+    assert refused.value.field == "changes.remove"
+    assert _snapshot(case) == before
+    # The other step can go: the group keeps its step.
+    assert _edit(case, people["officer"], "other", {"remove": True}).diff.removed == ("other",)
