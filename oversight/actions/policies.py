@@ -85,10 +85,17 @@ def _settings_of(version: PolicyVersion) -> PolicySettings:
 
 
 def _locked_active() -> PolicyVersion | None:
-    """Lock and return the active version: policy changes queue behind each other on it."""
-    return (
-        PolicyVersion.objects.select_for_update().filter(status=PolicyVersion.Status.ACTIVE).first()
-    )
+    """Lock and return the active version: policy changes queue behind each other on it.
+
+    A change that waited for the lock finds the row it waited on superseded (PostgreSQL re-reads
+    the locked row, not the table): it then locks the version that is active now.
+    """
+    active = PolicyVersion.objects.filter(status=PolicyVersion.Status.ACTIVE)
+    for _ in range(10):
+        row = active.select_for_update().first()
+        if row is not None or not active.exists():
+            return row
+    raise PolicyConflict("the gating policy is changing: try again")
 
 
 def _validate(values: Mapping[str, Any], base: PolicySettings) -> PolicySettings:
@@ -211,7 +218,9 @@ def approve_policy(admin: Someone, version: PolicyVersion) -> PolicyVersion:
 def _approve(admin: User, version_pk: int) -> PolicyVersion:
     active = _locked_active()
     version = (
-        PolicyVersion.objects.select_for_update().select_related("proposed_by").get(pk=version_pk)
+        PolicyVersion.objects.select_for_update(of=("self",))
+        .select_related("proposed_by")
+        .get(pk=version_pk)
     )
     if version.status != PolicyVersion.Status.PENDING:
         raise PolicyConflict(f"policy version {version.number} is {version.status}, not pending")
@@ -275,7 +284,9 @@ def reject_policy(
 def _reject(admin: User, version_pk: int, reason_row: ReasonCode, reason: str) -> PolicyVersion:
     active = _locked_active()
     version = (
-        PolicyVersion.objects.select_for_update().select_related("proposed_by").get(pk=version_pk)
+        PolicyVersion.objects.select_for_update(of=("self",))
+        .select_related("proposed_by")
+        .get(pk=version_pk)
     )
     if version.status != PolicyVersion.Status.PENDING:
         raise PolicyConflict(f"policy version {version.number} is {version.status}, not pending")

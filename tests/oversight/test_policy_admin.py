@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+import importlib
+import threading
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.apps import apps as django_apps
+from django.db import connection
+from django.db.models.signals import post_migrate
 from django.test import Client
 from django.urls import reverse
 
@@ -143,6 +148,57 @@ def test_a_rejected_version_never_takes_effect() -> None:
     assert event.data["loosening"] == ["destructive, external, write steps no longer gated"]
     with pytest.raises(PolicyConflict):
         approve_policy(alice, rejected)
+
+
+def _reseed_oversight(**kwargs: Any) -> None:
+    # The flush after a transactional test empties the rows migration 0003 seeds (policy
+    # version 1, the reason codes); put them back as a fresh database has them, for the tests
+    # that follow. (serialized_rollback cannot: it would rewrite the append-only audit rows.)
+    seed = importlib.import_module("oversight.migrations.0003_gates_policy_notifications").seed
+    seed(django_apps, None)
+
+
+post_migrate.connect(
+    _reseed_oversight,
+    sender=django_apps.get_app_config("oversight"),
+    weak=False,
+    dispatch_uid="tests-oversight-reseed-policy",
+)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_admins_changing_the_policy_at_once_are_serialised() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks need PostgreSQL (CI runs it)")
+    admins = [personas.admin(), personas.admin("alice")]
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def propose(user: Any, values: dict[str, Any]) -> None:
+        try:
+            barrier.wait()
+            propose_policy(user, values, REVIEW)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    changes = ({"amount_threshold": "9000"}, {"trust_threshold": 0.7})
+    threads = [
+        threading.Thread(target=propose, args=(user, values))
+        for user, values in zip(admins, changes, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert _status() == {1: "superseded", 2: "superseded", 3: "active"}
+    # The second change was made on top of the first: neither is lost.
+    settings = active_policy()[1]
+    assert (settings.amount_threshold, settings.trust_threshold) == (Decimal("9000"), 0.7)
+    (last,) = [e for e in _events("oversight.policy.activated") if e.data["policy_version"] == 3]
+    assert last.data["base_version"] == 2
 
 
 @pytest.mark.parametrize(
