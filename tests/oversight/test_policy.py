@@ -103,6 +103,7 @@ def test_a_risk_class_left_out_of_the_gated_ones_is_not_gated_by_risk() -> None:
     assert by_risk_class(leaf(tool="pay", tool_risk="financial"), policy) is not None
 
 
+@pytest.mark.scenario("R10")
 def test_an_unknown_tool_is_high_risk_and_needs_a_signature() -> None:
     found = classify(leaf(tool="email_everything_out", tool_risk=None), DEFAULTS)
     assert found.gated
@@ -216,6 +217,7 @@ def test_llm_planned_steps_at_the_depth_threshold_or_deeper_are_gated() -> None:
 # Combining -----------------------------------------------------------------------------------
 
 
+@pytest.mark.scenario("R10")
 def test_the_most_restrictive_result_wins() -> None:
     facts = leaf(
         tool="pay",
@@ -234,6 +236,7 @@ def test_the_most_restrictive_result_wins() -> None:
     )
 
 
+@pytest.mark.scenario("R10")
 def test_a_classifier_that_raises_gates_the_leaf_at_high_risk() -> None:
     def broken(facts: LeafFacts, policy: PolicySettings) -> Finding | None:
         raise KeyError("no such fact")
@@ -249,6 +252,7 @@ def test_a_nan_amount_makes_the_amount_check_fail_closed() -> None:
     assert found.level == "high"
 
 
+@pytest.mark.scenario("R10")
 def test_nothing_the_plan_says_about_approval_counts() -> None:
     # There is no fact for it: such inputs are just inputs, and never an amount.
     facts = leaf(

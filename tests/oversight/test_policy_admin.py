@@ -201,6 +201,7 @@ def test_two_admins_changing_the_policy_at_once_are_serialised() -> None:
     assert last.data["base_version"] == 2
 
 
+@pytest.mark.scenario("R6")
 @pytest.mark.parametrize(
     ("code", "message"),
     [
