@@ -334,3 +334,5 @@ class ReasonCodeAdmin(admin.ModelAdmin):
 
 admin.site.site_header = "CaseHub administration"
 admin.site.site_title = "CaseHub admin"
+
+from oversight import admin_users  # noqa: E402, F401

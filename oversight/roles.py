@@ -27,9 +27,9 @@ ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
     AUDITOR: (rules.VIEW_ALL_CASES, rules.VIEW_AUDIT, "oversight.export_audit"),
     ADMIN: (
         rules.CONFIGURE,
+        # Users are added and changed through oversight.admin_users, which checks
+        # oversight.configure and goes through oversight.actions.users.
         "auth.view_user",
-        "auth.add_user",
-        "auth.change_user",
         "auth.view_group",
         "planning.view_agent",
         "planning.add_agent",

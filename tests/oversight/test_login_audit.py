@@ -16,7 +16,7 @@ def test_login_failed_login_and_logout_are_recorded(client: Client) -> None:
     client.post("/logout/")
 
     events = list(
-        AuditEvent.objects.filter(chain=SYSTEM_CHAIN, action__startswith="auth.").order_by("seq")
+        AuditEvent.objects.filter(chain=SYSTEM_CHAIN, action__startswith="auth.log").order_by("seq")
     )
     assert [e.action for e in events] == [
         "auth.login.failed",

@@ -1,0 +1,544 @@
+"""Users and roles: create, change, deactivate, set roles, reset passwords, unlock e-signing.
+
+Admins manage users but never grant themselves anything (R1): nobody changes their own roles or
+active flag, resets their own password here or unlocks their own signing; nobody but a superuser
+touches a superuser; superuser and staff flags are never set here (staff follows the admin role,
+because the admin site needs it). A new password for a user in a sensitive role (officer,
+supervisor, auditor, admin) waits for a second admin, who is neither the requester nor the
+target nor an admin whose account the requester controls (controlled_by).
+
+Every change writes one audit event on the system chain with its before and after, in the same
+transaction. A refusal raises UserChangeRefused (403) and is recorded first, in a transaction of
+its own (a savepoint when the caller already holds one: see UserChangeRefused.durable). Passwords
+are never written to the trail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import password_validation
+from django.contrib.auth.hashers import make_password
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, User
+from django.core.exceptions import PermissionDenied
+from django.db import connection, transaction
+from django.utils import timezone
+
+from oversight.audit import SYSTEM_CHAIN, append_event
+from oversight.models import AuditEvent, PasswordResetRequest, SigningState
+from oversight.roles import ADMIN, AUDITOR, OFFICER, ROLES, SUPERVISOR
+from planning.rules import CONFIGURE
+
+# Roles whose password an admin may only reset with a second admin's approval. The admin role is
+# one: an admin who could reset another admin's password could approve their own requests.
+SENSITIVE_ROLES = (OFFICER, SUPERVISOR, AUDITOR, ADMIN)
+# A pending reset older than this can no longer be approved.
+PASSWORD_RESET_LIFETIME = timedelta(
+    hours=getattr(settings, "CASEHUB_PASSWORD_RESET_LIFETIME_HOURS", 24)
+)
+# The user fields change_user may set.
+PROFILE_FIELDS = ("username", "first_name", "last_name", "email", "is_active")
+
+# True while one of these use cases runs: the signal receivers of oversight.signals then leave
+# the recording to the use case, which writes one richer event.
+_in_user_action: ContextVar[bool] = ContextVar("oversight_in_user_action", default=False)
+
+
+def in_user_action() -> bool:
+    """Return True inside a use case of this module (its own events describe the change)."""
+    return _in_user_action.get()
+
+
+@contextmanager
+def _recording() -> Iterator[None]:
+    token = _in_user_action.set(True)
+    try:
+        yield
+    finally:
+        _in_user_action.reset(token)
+
+
+class UserChangeRefused(PermissionDenied):
+    """The change is not allowed (403). The refusal is already in the trail.
+
+    `durable` is False when the refusal was recorded inside a transaction the caller holds:
+    a caller whose transaction rolls back on this error records it again with
+    `record_refusal(error)` once outside.
+    """
+
+    def __init__(self, why: str, *, actor: User, data: dict[str, Any], durable: bool) -> None:
+        super().__init__(why)
+        self.why = why
+        self.actor = actor
+        self.data = data
+        self.durable = durable
+
+
+class ResetConflict(Exception):
+    """The password reset request is no longer pending, or has expired (409)."""
+
+
+# Records ---------------------------------------------------------------------------------------
+
+
+def role_names(user: User) -> list[str]:
+    """Return the user's role groups, in the order of oversight.roles.ROLES."""
+    names = set(user.groups.values_list("name", flat=True))
+    return [role for role in ROLES if role in names]
+
+
+def group_names(user: User) -> list[str]:
+    """Return the names of all the user's groups, sorted."""
+    return sorted(user.groups.values_list("name", flat=True))
+
+
+def user_record(user: User) -> dict[str, Any]:
+    """Return what the trail records of a user: profile, flags and groups (never the password)."""
+    return {
+        "username": user.username,
+        "first_name": user.first_name,
+        "last_name": user.last_name,
+        "email": user.email,
+        "is_active": user.is_active,
+        "is_staff": user.is_staff,
+        "is_superuser": user.is_superuser,
+        "roles": role_names(user) if user.pk else [],
+    }
+
+
+def _subject(user: User) -> dict[str, Any]:
+    return {"user": user.username, "user_id": user.pk}
+
+
+# Checks ----------------------------------------------------------------------------------------
+
+
+def _refuse(actor: User, attempt: str, target: User | None, why: str, **extra: Any) -> None:
+    data = {
+        "attempt": attempt,
+        "user": target.username if target is not None else None,
+        "user_id": target.pk if target is not None else None,
+        "why": why,
+        **extra,
+    }
+    durable = not connection.in_atomic_block
+    with transaction.atomic():
+        append_event("auth.user.change_refused", actor=actor, chain=SYSTEM_CHAIN, data=data)
+    raise UserChangeRefused(why, actor=actor, data=data, durable=durable)
+
+
+def record_refusal(error: UserChangeRefused) -> None:
+    """Record a refusal again, after the transaction it was first recorded in rolled back."""
+    with transaction.atomic():
+        append_event(
+            "auth.user.change_refused", actor=error.actor, chain=SYSTEM_CHAIN, data=error.data
+        )
+
+
+def refuse_change(admin: User, attempt: str, target: User | None, why: str) -> None:
+    """Record and refuse an attempt no use case offers (a tampered form): always raises."""
+    _refuse(admin, attempt, target, why)
+
+
+def may_manage_users(user: AbstractBaseUser | AnonymousUser) -> bool:
+    """Return True if the user may manage users: an active holder of oversight.configure."""
+    if not isinstance(user, User):
+        return False
+    return user.is_active and user.has_perm(CONFIGURE)
+
+
+def _check(admin: User, attempt: str, target: User | None, *, not_self: bool = True) -> None:
+    if not may_manage_users(admin):
+        _refuse(admin, attempt, target, "only admins manage users")
+    if target is None:
+        return
+    if not_self and target.pk == admin.pk:
+        _refuse(admin, attempt, target, "nobody changes their own roles, access or password here")
+    if target.is_superuser and not admin.is_superuser:
+        _refuse(admin, attempt, target, "only a superuser changes a superuser")
+
+
+def _role_groups(roles: Iterable[str]) -> list[Group]:
+    wanted = list(dict.fromkeys(roles))
+    unknown = [role for role in wanted if role not in ROLES]
+    if unknown:
+        raise ValueError(f"not a role: {', '.join(unknown)}")
+    groups = {group.name: group for group in Group.objects.filter(name__in=wanted)}
+    missing = [role for role in wanted if role not in groups]
+    if missing:
+        raise ValueError(f"role groups missing (run sync_roles): {', '.join(missing)}")
+    return [groups[role] for role in wanted]
+
+
+def _locked(user: User) -> User:
+    return User.objects.select_for_update().get(pk=user.pk)
+
+
+# Use cases -------------------------------------------------------------------------------------
+
+
+def create_user(
+    admin: User,
+    *,
+    username: str,
+    password: str | None,
+    first_name: str = "",
+    last_name: str = "",
+    email: str = "",
+    roles: Sequence[str] = (),
+    is_active: bool = True,
+) -> User:
+    """Create a user in the given roles (staff only for the admin role); return them.
+
+    A None password makes an unusable one. Raises UserChangeRefused (audited) unless the admin
+    may manage users, ValueError for an unknown role, ValidationError for a weak password.
+    """
+    _check(admin, "create_user", None)
+    groups = _role_groups(roles)
+    if password is not None:
+        password_validation.validate_password(
+            password, User(username=username, first_name=first_name, last_name=last_name)
+        )
+    return _create_user(admin, username, password, first_name, last_name, email, groups, is_active)
+
+
+@transaction.atomic
+def _create_user(
+    admin: User,
+    username: str,
+    password: str | None,
+    first_name: str,
+    last_name: str,
+    email: str,
+    groups: list[Group],
+    is_active: bool,
+) -> User:
+    with _recording():
+        user = User.objects.create_user(
+            username=username,
+            password=password,
+            first_name=first_name,
+            last_name=last_name,
+            email=email,
+            is_active=is_active,
+            is_staff=any(group.name == ADMIN for group in groups),
+        )
+        user.groups.add(*groups)
+        append_event(
+            "auth.user.created",
+            actor=admin,
+            chain=SYSTEM_CHAIN,
+            data={**_subject(user), "before": None, "after": user_record(user)},
+        )
+    return user
+
+
+def change_user(admin: User, user: User, **changes: Any) -> User:
+    """Change a user's username, names, e-mail or active flag; return the stored user.
+
+    Writes `auth.user.changed` with the changed fields before and after (nothing if nothing
+    changed). Raises UserChangeRefused (audited) unless the admin may manage users, for a change
+    of the admin's own active flag, and for a superuser changed by a non-superuser; ValueError
+    for a field that is not a profile field.
+    """
+    unknown = sorted(set(changes) - set(PROFILE_FIELDS))
+    if unknown:
+        raise ValueError(f"change_user changes {', '.join(PROFILE_FIELDS)}, not {unknown}")
+    own_active = user.pk == admin.pk and "is_active" in changes
+    _check(admin, "change_user", user, not_self=own_active)
+    return _change_user(admin, user, changes, "auth.user.changed")
+
+
+def deactivate_user(admin: User, user: User) -> User:
+    """Deactivate a user (they can no longer sign in); return them. Never the admin themselves.
+
+    Writes `auth.user.deactivated`. Raises UserChangeRefused (audited) as change_user does.
+    """
+    _check(admin, "deactivate_user", user)
+    return _change_user(admin, user, {"is_active": False}, "auth.user.deactivated")
+
+
+@transaction.atomic
+def _change_user(admin: User, user: User, changes: dict[str, Any], action: str) -> User:
+    stored = _locked(user)
+    before = {name: getattr(stored, name) for name in changes}
+    for name, value in changes.items():
+        setattr(stored, name, value)
+    changed = [name for name in changes if before[name] != getattr(stored, name)]
+    if changed:
+        with _recording():
+            stored.save(update_fields=changed)
+        append_event(
+            action,
+            actor=admin,
+            chain=SYSTEM_CHAIN,
+            data={
+                **_subject(stored),
+                "before": {name: before[name] for name in changed},
+                "after": {name: getattr(stored, name) for name in changed},
+            },
+        )
+    for name in PROFILE_FIELDS:
+        setattr(user, name, getattr(stored, name))
+    return stored
+
+
+def set_roles(admin: User, user: User, roles: Sequence[str]) -> User:
+    """Give a user exactly these roles (other groups stay); staff follows the admin role.
+
+    Writes `auth.user.roles_changed` with the roles and staff flag before and after (nothing
+    if nothing changed). Raises UserChangeRefused (audited) unless the admin may manage users,
+    for the admin's own roles and for a superuser; ValueError for an unknown role.
+    """
+    _check(admin, "set_roles", user)
+    groups = _role_groups(roles)
+    return _set_roles(admin, user, groups)
+
+
+@transaction.atomic
+def _set_roles(admin: User, user: User, groups: list[Group]) -> User:
+    stored = _locked(user)
+    before = {"roles": role_names(stored), "is_staff": stored.is_staff}
+    wanted = {group.name for group in groups}
+    with _recording():
+        stored.groups.remove(*stored.groups.filter(name__in=ROLES).exclude(name__in=wanted))
+        stored.groups.add(*groups)
+        stored.is_staff = ADMIN in wanted
+        if stored.is_staff != before["is_staff"]:
+            stored.save(update_fields=["is_staff"])
+    after = {"roles": role_names(stored), "is_staff": stored.is_staff}
+    if after != before:
+        append_event(
+            "auth.user.roles_changed",
+            actor=admin,
+            chain=SYSTEM_CHAIN,
+            data={**_subject(stored), "before": before, "after": after},
+        )
+    user.is_staff = stored.is_staff
+    return stored
+
+
+def needs_second_admin(user: User) -> bool:
+    """Return True if a new password for this user waits for a second admin."""
+    return user.groups.filter(name__in=SENSITIVE_ROLES).exists()
+
+
+def request_password_reset(
+    admin: User, user: User, new_password: str
+) -> PasswordResetRequest | None:
+    """Set a user's password, or ask a second admin to, for a user in a sensitive role.
+
+    Returns the pending request, or None when the password was set at once. A new request
+    expires the user's earlier pending ones. Raises UserChangeRefused (audited) unless the admin
+    may manage users, for the admin's own password and for a superuser; ValidationError for a
+    weak password.
+    """
+    _check(admin, "request_password_reset", user)
+    password_validation.validate_password(new_password, user)
+    return _request_password_reset(admin, user, new_password)
+
+
+@transaction.atomic
+def _request_password_reset(
+    admin: User, user: User, new_password: str
+) -> PasswordResetRequest | None:
+    stored = _locked(user)
+    roles = role_names(stored)
+    if not needs_second_admin(stored):
+        with _recording():
+            stored.set_password(new_password)
+            stored.save(update_fields=["password"])
+        append_event(
+            "auth.user.password_reset",
+            actor=admin,
+            chain=SYSTEM_CHAIN,
+            data={**_subject(stored), "roles": roles, "second_admin": None},
+        )
+        return None
+    now = timezone.now()
+    for earlier in PasswordResetRequest.objects.select_for_update().filter(
+        target=stored, status=PasswordResetRequest.Status.PENDING
+    ):
+        _close(earlier, PasswordResetRequest.Status.EXPIRED, admin, now, why="superseded")
+    request = PasswordResetRequest.objects.create(
+        target=stored, requested_by=admin, password_hash=make_password(new_password)
+    )
+    append_event(
+        "auth.password_reset.requested",
+        actor=admin,
+        chain=SYSTEM_CHAIN,
+        data={
+            **_subject(stored),
+            "request": request.pk,
+            "roles": roles,
+            "before": {"status": None},
+            "after": {"status": request.status},
+        },
+    )
+    return request
+
+
+def _close(
+    request: PasswordResetRequest,
+    status: str,
+    admin: User | None,
+    now: Any,
+    *,
+    why: str = "",
+) -> None:
+    before = request.status
+    request.status = status
+    request.decided_by = admin
+    request.decided_at = now
+    request.save(update_fields=["status", "decided_by", "decided_at"])
+    append_event(
+        f"auth.password_reset.{status}",
+        actor=admin,
+        chain=SYSTEM_CHAIN,
+        data={
+            **_subject(request.target),
+            "request": request.pk,
+            "requested_by": request.requested_by.username,
+            "why": why,
+            "before": {"status": before},
+            "after": {"status": status},
+        },
+    )
+
+
+def controlled_by(user: User, other: User) -> bool:
+    """Return True if `other` may control `user`'s account, so `user` is no second person to them.
+
+    That is: `other` created the account or chose its password (at once or through an approved
+    reset: they know it), or made it an admin. Two-person rules (a password reset's second
+    admin, and others' approvals) use this against accounts an admin made for themselves.
+    """
+    if PasswordResetRequest.objects.filter(
+        target_id=user.pk, requested_by_id=other.pk, status=PasswordResetRequest.Status.APPROVED
+    ).exists():
+        return True
+    events = AuditEvent.objects.filter(
+        chain=SYSTEM_CHAIN,
+        actor_user_id=other.pk,
+        action__in=("auth.user.created", "auth.user.roles_changed", "auth.user.password_reset"),
+        data__user_id=user.pk,
+    )
+    for event in events:
+        if event.action in ("auth.user.created", "auth.user.password_reset"):
+            return True
+        if ADMIN in ((event.data.get("after") or {}).get("roles") or []):
+            return True
+    return False
+
+
+def _pending(request: PasswordResetRequest) -> PasswordResetRequest:
+    locked = PasswordResetRequest.objects.select_for_update().get(pk=request.pk)
+    if locked.status != PasswordResetRequest.Status.PENDING:
+        raise ResetConflict(f"the password reset is {locked.status}, no longer pending")
+    return locked
+
+
+def _expire_if_old(request: PasswordResetRequest, admin: User) -> None:
+    now = timezone.now()
+    if now - request.created_at <= PASSWORD_RESET_LIFETIME:
+        return
+    with transaction.atomic():
+        locked = _pending(request)
+        _close(locked, PasswordResetRequest.Status.EXPIRED, admin, now, why="too old to approve")
+    raise ResetConflict("the password reset has expired: the requester must ask again")
+
+
+def approve_password_reset(admin: User, request: PasswordResetRequest) -> User:
+    """Approve a pending reset as the second admin: the target's password changes; return them.
+
+    Raises UserChangeRefused (audited) unless the admin may manage users, for the requester,
+    the target, an admin the requester controls (see controlled_by), and a superuser target
+    unless the approver is one; ResetConflict when the request is no longer pending or expired
+    (an expired request is marked so, audited).
+    """
+    target = request.target
+    _check(admin, "approve_password_reset", target)
+    if request.requested_by_id == admin.pk:
+        _refuse(
+            admin,
+            "approve_password_reset",
+            target,
+            "the requester cannot approve their own password reset",
+            request=request.pk,
+        )
+    if controlled_by(admin, request.requested_by):
+        _refuse(
+            admin,
+            "approve_password_reset",
+            target,
+            "the requester made this admin account or chose its password: "
+            "a second admin must be someone else",
+            request=request.pk,
+        )
+    _expire_if_old(request, admin)
+    return _approve_password_reset(admin, request)
+
+
+@transaction.atomic
+def _approve_password_reset(admin: User, request: PasswordResetRequest) -> User:
+    locked = _pending(request)
+    target = _locked(locked.target)
+    with _recording():
+        target.password = locked.password_hash
+        target.save(update_fields=["password"])
+    _close(locked, PasswordResetRequest.Status.APPROVED, admin, timezone.now())
+    request.refresh_from_db()
+    return target
+
+
+def reject_password_reset(admin: User, request: PasswordResetRequest) -> PasswordResetRequest:
+    """Reject a pending reset (the requester may withdraw theirs); the password stays.
+
+    Raises UserChangeRefused (audited) unless the admin may manage users; ResetConflict when the
+    request is no longer pending.
+    """
+    _check(admin, "reject_password_reset", request.target, not_self=False)
+    return _reject_password_reset(admin, request)
+
+
+@transaction.atomic
+def _reject_password_reset(admin: User, request: PasswordResetRequest) -> PasswordResetRequest:
+    locked = _pending(request)
+    _close(locked, PasswordResetRequest.Status.REJECTED, admin, timezone.now())
+    request.refresh_from_db()
+    return locked
+
+
+def unlock_signing(admin: User, user: User) -> SigningState:
+    """Unlock a user's e-signing after wrong passwords (failures back to 0); return the state.
+
+    Writes `security.signing.unlocked` with the state before and after (nothing if it was not
+    locked and had no failures). Raises UserChangeRefused (audited) unless the admin may manage
+    users, and for the admin's own signing.
+    """
+    _check(admin, "unlock_signing", user)
+    return _unlock_signing(admin, user)
+
+
+@transaction.atomic
+def _unlock_signing(admin: User, user: User) -> SigningState:
+    state, _ = SigningState.objects.get_or_create(user=user)
+    state = SigningState.objects.select_for_update().get(pk=state.pk)
+    before = {"failures": state.failures, "locked_at": state.locked_at}
+    if state.failures == 0 and state.locked_at is None:
+        return state
+    state.failures = 0
+    state.locked_at = None
+    state.save(update_fields=["failures", "locked_at"])
+    append_event(
+        "security.signing.unlocked",
+        actor=admin,
+        chain=SYSTEM_CHAIN,
+        data={**_subject(user), "before": before, "after": {"failures": 0, "locked_at": None}},
+    )
+    return state
