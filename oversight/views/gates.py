@@ -14,7 +14,7 @@ from django.core.paginator import Paginator
 from django.db import transaction
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_POST
 
@@ -307,16 +307,6 @@ def _consequences(
     return found
 
 
-def _edit_url(gate: Gate) -> tuple[str, bool]:
-    """Return where the edit control leads: the plan editor when it exists, else the case."""
-    if gate.node is not None:
-        try:
-            return reverse("oversight:plan-edit", args=[gate.case_id, gate.node.pk]), True
-        except NoReverseMatch:
-            pass
-    return reverse("planning:case-detail", args=[gate.case_id]), False
-
-
 def _reject_codes() -> list[ReasonCode]:
     # JSON containment is not portable to SQLite: the list is short, filter it here.
     return [c for c in ReasonCode.objects.filter(active=True) if "reject" in (c.applies_to or [])]
@@ -354,7 +344,6 @@ def _gate_context(
     why_not = can_decide(request.user, gate)  # type: ignore[arg-type]
     is_current = case.current_version_id == gate.version_id
     may_decide = why_not is None and gate.is_open and is_current
-    edit_url, has_editor = _edit_url(gate)
     decisions = list(gate.decisions.order_by("time", "id"))
     return {
         "gate": gate,
@@ -388,8 +377,6 @@ def _gate_context(
         "why_not": why_not if gate.is_open and is_current else "",
         "meaning": signature_meaning(gate) if gate.needs_signature else "",
         "reject_codes": _reject_codes(),
-        "edit_url": edit_url,
-        "has_editor": has_editor,
         "errors": dict(errors or {}),
         "notice": notice,
         "posted": dict(posted or {}),

@@ -328,6 +328,9 @@ def test_the_gate_page_says_why_it_is_gated_and_what_the_plan_would_do(
     assert 'type="password"' in page and "approval of step place-hold" in page
     assert 'name="content_hash" value="' + gate.content_hash in page
     assert "oversight/gate.js" in page and "<script>" not in page
+    edit = reverse("oversight:plan-edit", args=[case.pk, gate.node_id])
+    assert f'href="{edit}" data-action="edit"' in page
+    assert client_for(officer).get(edit).status_code == 200
 
 
 def test_approving_the_plan_gate_through_the_page_approves_the_case(
