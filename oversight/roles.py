@@ -8,6 +8,7 @@ from django.apps import apps as global_apps
 from django.contrib.auth.management import create_permissions
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, Permission
 
+from oversight.defaults import ensure_defaults
 from planning import rules
 
 ANALYST = "analyst"
@@ -63,7 +64,9 @@ def sync_roles() -> None:
 
 
 def sync_roles_after_migrate(sender: Any, apps: Any = global_apps, **kwargs: Any) -> None:
-    """Run sync_roles once oversight has migrated, after every app's permissions exist."""
+    """Run sync_roles and ensure_defaults once oversight has migrated (every app's permissions
+    exist by then)."""
     for app_config in global_apps.get_app_configs():
         create_permissions(app_config, verbosity=0, using=kwargs.get("using", "default"))
     sync_roles()
+    ensure_defaults()

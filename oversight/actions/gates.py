@@ -114,14 +114,27 @@ def leaf_facts(leaves: Sequence[PlanNode]) -> list[LeafFacts]:
             tool=node.tool or None,
             tool_risk=tools.get(node.tool) if node.tool else None,
             declared_risk=node.risk or None,
-            inputs=node.inputs if isinstance(node.inputs, dict) else {},
+            # Inputs that are not an object are still read for amounts (fail closed).
+            inputs=node.inputs if isinstance(node.inputs, dict) else {"inputs": node.inputs},
             agent_trust=trust.get(node.agent),
-            strategy=str(node.provenance.get("strategy", "")),
-            source=str(node.provenance.get("source", "")),
-            depth=int(node.provenance.get("depth", 0) or 0),
+            strategy=str(_provenance(node).get("strategy", "")),
+            source=str(_provenance(node).get("source", "")),
+            depth=_depth(node),
         )
         for node in leaves
     ]
+
+
+def _provenance(node: PlanNode) -> dict[str, Any]:
+    return node.provenance if isinstance(node.provenance, dict) else {}
+
+
+def _depth(node: PlanNode) -> int:
+    # A depth that cannot be read counts as deep: the provenance classifier then gates the step.
+    try:
+        return max(0, int(_provenance(node).get("depth", 0) or 0))
+    except (TypeError, ValueError):
+        return 1_000
 
 
 def _group(name: str) -> Group:
@@ -448,6 +461,16 @@ def decide_gate(*, gate_id: int, user: User, decision: DecisionInput) -> Gate:
     return _decide(gate_id, user, decision, reason_code)
 
 
+def _policy_of(gate: Gate) -> PolicySettings:
+    """Return the settings of the policy version the gate was opened under (else the active)."""
+    if gate.policy_version is not None:
+        try:
+            return PolicySettings.from_data(gate.policy_version.values)
+        except ValueError:
+            logger.exception("policy version %s is unreadable", gate.policy_version.number)
+    return active_policy()[1]
+
+
 def _conflict(gate: Gate, user: User, decision: DecisionInput) -> str | None:
     if not gate.is_open:
         return f"the gate is {gate.status}"
@@ -498,8 +521,7 @@ def _decide(
         if gate.approvals >= gate.quorum:
             gate.status = GateStatus.APPROVED
             gate.decided_at = now
-            _, policy = active_policy()
-            gate.approval_expires_at = now + timedelta(hours=policy.approval_valid_hours)
+            gate.approval_expires_at = now + timedelta(hours=_policy_of(gate).approval_valid_hours)
     else:
         gate.status = GateStatus.REJECTED
         gate.decided_at = now
@@ -730,8 +752,9 @@ def sweep_gates(now: datetime | None = None) -> dict[str, int]:
     """Remind, escalate and hold the gates past their deadlines; never approve by time (R5).
 
     - half-way to the deadline: a reminder to the approver group;
-    - at the deadline: escalation to the escalation group, who may decide from then on;
-    - the escalation period later: the gate is `expired` — held; the case waits for a decision.
+    - at the deadline: escalation to the escalation group, who may decide from then on; the
+      deadline moves on by the policy's escalation period;
+    - at that deadline: the gate is `expired` — held; the case waits for a decision.
     Returns how many gates took each step.
     """
     now = now or timezone.now()
@@ -747,14 +770,14 @@ def sweep_gates(now: datetime | None = None) -> dict[str, int]:
         notify.gate_reminder(gate)
     escalated = _sweep_step(
         pending & Q(escalated_at__isnull=True, deadline__lte=now),
-        {"escalated_at": now},
+        {"escalated_at": now, "deadline": now + timedelta(hours=policy.escalation_hours)},
         "oversight.gate.escalated",
         now,
     )
     for gate in escalated:
         notify.gate_escalated(gate)
     held = _sweep_step(
-        pending & Q(escalated_at__lte=now - timedelta(hours=policy.escalation_hours)),
+        pending & Q(escalated_at__isnull=False, deadline__lte=now),
         {"status": GateStatus.EXPIRED, "held_at": now},
         "oversight.gate.held",
         now,
