@@ -137,4 +137,14 @@ def test_a_real_case_and_its_plan_conform_to_their_schemas(
         statuses.append(case.call_and_validate(headers=headers, checks=CHECKS).status_code)
 
     read()
-    assert statuses and set(statuses) == {200}, statuses
+    if label.startswith("POST "):
+        # An analyst may not edit plans: refused (403), or invalid before that (422).
+        assert statuses and set(statuses) <= {403, 422}, statuses
+    elif label.endswith("/plan"):
+        # A random ?version= names no version of the case: 404, else 200.
+        assert 200 in statuses and set(statuses) <= {200, 404}, statuses
+    elif label.endswith("/plan/diff"):
+        # The case has one version: there is nothing before it to compare with.
+        assert statuses and set(statuses) <= {200, 404}, statuses
+    else:
+        assert statuses and set(statuses) == {200}, statuses
