@@ -82,15 +82,15 @@ def gates_opened(case: Case, gates: Sequence[Gate]) -> None:
         users = _members([group_id], except_user=case.submitter_id)
         first = group_gates[0]
         count = len(group_gates)
-        what = f"{count} gate(s)" if count > 1 else f"a {first.kind} gate"
+        what = f"{count} gates wait" if count > 1 else f"a {first.kind} gate waits"
         _notify(
             users,
             kind="gate.opened",
-            message=f"Case #{case.pk} “{case.title}”: {what} wait for your decision.",
+            message=f"Case #{case.pk} “{case.title}”: {what} for your decision.",
             url=_gate_url(first),
             case=case,
             gate=first,
-            subject=f"[CaseHub] Case #{case.pk}: {what} to decide",
+            subject=f"[CaseHub] Case #{case.pk}: {what} for your decision",
         )
 
 

@@ -689,22 +689,30 @@ def bulk_approve(*, gate_ids: Iterable[int], user: User) -> list[Gate]:
     """Approve several low-risk step gates of one plan version, one decision per gate.
 
     All or nothing: raises GateConflict when a gate is not a pending low-risk step gate without
-    signature of the same version, and whatever `decide_gate` raises for any of them.
+    signature of the same version, DecisionDenied (each refusal audited, before anything is
+    decided) when the user may not decide one of them, and whatever `decide_gate` raises.
     """
     ids = sorted(set(gate_ids))
     if not ids:
         raise GateConflict("select at least one gate")
+    gates = list(
+        Gate.objects.filter(pk__in=ids).select_related("case", "version", "approver_group")
+    )
+    if len(gates) != len(ids):
+        raise Gate.DoesNotExist("a selected gate does not exist")
+    if len({g.version_id for g in gates}) != 1:
+        raise GateConflict("bulk approval takes the gates of one plan version")
+    for gate in gates:
+        if gate.kind != GateKind.STEP or gate.risk != GateRisk.LOW or gate.needs_signature:
+            raise GateConflict(
+                f"gate {gate.pk} is not a low-risk step gate: approve it on its own page"
+            )
+    refusals = [(gate, why) for gate in gates if (why := can_decide(user, gate)) is not None]
+    for gate, why in refusals:
+        _deny(user, gate, "oversight.gate.decision_denied", why)
+    if refusals:
+        raise DecisionDenied(refusals[0][1])
     with transaction.atomic():
-        gates = list(Gate.objects.filter(pk__in=ids).select_related("version"))
-        if len(gates) != len(ids):
-            raise Gate.DoesNotExist("a selected gate does not exist")
-        if len({g.version_id for g in gates}) != 1:
-            raise GateConflict("bulk approval takes the gates of one plan version")
-        for gate in gates:
-            if gate.kind != GateKind.STEP or gate.risk != GateRisk.LOW or gate.needs_signature:
-                raise GateConflict(
-                    f"gate {gate.pk} is not a low-risk step gate: approve it on its own page"
-                )
         return [
             decide_gate(gate_id=g.pk, user=user, decision=DecisionInput(decision="approve"))
             for g in gates

@@ -438,3 +438,25 @@ def test_a_sweep_before_any_deadline_changes_nothing() -> None:
     case = _invoice_case()
     assert gates.sweep_gates(timezone.now()) == {"reminded": 0, "escalated": 0, "held": 0}
     assert not _events(case, "oversight.gate.reminded")
+
+
+@pytest.mark.scenario("O1")
+def test_a_refused_bulk_approval_is_recorded_and_decides_nothing() -> None:
+    both = personas.analyst("bo")
+    both.groups.add(Group.objects.get(name=roles.OFFICER))
+    case = _invoice_case(both)
+    step = _gate(case, GateKind.STEP)
+    Gate.objects.filter(pk=step.pk).update(risk="low", needs_signature=False)
+    with pytest.raises(gates.DecisionDenied, match="submitted"):
+        gates.bulk_approve(gate_ids=[step.pk], user=both)
+    assert not GateDecision.objects.exists()
+    assert len(_events(case, "oversight.gate.decision_denied")) == 1
+
+
+def test_bulk_approval_takes_only_low_risk_step_gates() -> None:
+    case = _invoice_case()
+    with pytest.raises(gates.GateConflict, match="low-risk"):
+        gates.bulk_approve(gate_ids=[_gate(case, GateKind.STEP).pk], user=personas.officer())
+    with pytest.raises(gates.GateConflict, match="low-risk"):
+        gates.bulk_approve(gate_ids=[_gate(case).pk], user=personas.officer())
+    assert not GateDecision.objects.exists()
