@@ -40,6 +40,8 @@ from oversight.actions import edits, gates
 from oversight.api import router as oversight_router
 from oversight.api.gates import router as gates_router
 from oversight.api.plans import router as plans_router
+from oversight.denials import record_denial
+from oversight.models import AccessDenial
 from planning import actions, rules
 from planning.api import Message, ServerError, ValidationMessage
 from planning.api import router as planning_router
@@ -170,6 +172,7 @@ def _api_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         try:
             response = view(request, *args, **kwargs)
         except Http404 as exc:  # raised outside an operation, e.g. by ninja's root view
+            record_denial(request, AccessDenial.Kind.NOT_FOUND)
             return _error(str(exc) or "Not found.", 404)
         except Exception as exc:  # outside an operation too: the docs, the OpenAPI document
             return _on_unexpected(request, exc)
@@ -301,6 +304,8 @@ def _on_edit_refused(request: HttpRequest, exc: edits.EditRefused) -> HttpRespon
 
 @api.exception_handler(AuthenticationError)
 def _on_unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    # A missing, unknown or expired token, or an inactive user's: recorded as a bad token.
+    record_denial(request, AccessDenial.Kind.BAD_TOKEN)
     response = _error(
         "Authentication required: send 'Authorization: Bearer <token>' "
         "with a token from POST /api/auth/token.",
@@ -339,11 +344,13 @@ def _on_bad_request(request: HttpRequest, exc: BadRequest) -> HttpResponse:
 
 @api.exception_handler(Http404)
 def _on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    record_denial(request, AccessDenial.Kind.NOT_FOUND)
     return _error(str(exc) or "Not found.", 404)
 
 
 @api.exception_handler(PermissionDenied)
 def _on_permission_denied(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+    record_denial(request, AccessDenial.Kind.FORBIDDEN)
     return _error(str(exc) or "You do not have permission to do this.", 403)
 
 

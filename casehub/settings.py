@@ -277,3 +277,10 @@ elif _MAIL_BACKEND.endswith("smtp.EmailBackend"):
 else:
     _MAIL_OPTIONS = {}
 MAILERS = {"default": {"BACKEND": _MAIL_BACKEND, "OPTIONS": _MAIL_OPTIONS}}
+
+# Access denials (403, 404, bad tokens) are counted per client and minute; each finished minute
+# that counted more than one is summarised in one audit event by this task.
+CELERY_BEAT_SCHEDULE["access-denials"] = {
+    "task": "oversight.flush_access_denials",
+    "schedule": 60.0,
+}

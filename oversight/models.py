@@ -367,3 +367,54 @@ class PasswordResetRequest(models.Model):
 
     def __str__(self) -> str:
         return f"password reset of {self.target_id} ({self.status})"
+
+
+class AccessDenial(models.Model):
+    """A counter of the access denials of one client, user and kind within one minute.
+
+    The first denial of a minute writes an audit event at once; the rest only count here, and
+    oversight.denials.flush_denials summarises them in one event once the minute is over, so a
+    flood of refused requests costs one row, not a chain of events. `source` is REMOTE_ADDR as
+    the server saw it: behind a reverse proxy that is the proxy's address (no forwarded-for
+    header is trusted yet).
+    """
+
+    class Kind(models.TextChoices):
+        FORBIDDEN = "forbidden"
+        NOT_FOUND = "not_found"
+        BAD_TOKEN = "bad_token"
+
+    PATH_LENGTH = 300
+
+    source = models.CharField(max_length=64)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    minute = models.DateTimeField()
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    count = models.PositiveIntegerField(default=1)
+    first_path = models.CharField(max_length=PATH_LENGTH)
+    last_path = models.CharField(max_length=PATH_LENGTH)
+    flushed = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [
+            # The user is NULL for anonymous callers, and NULLs never collide in a unique index:
+            # the index holds COALESCE(user, 0) so that one anonymous source has one row too.
+            models.UniqueConstraint(
+                models.F("source"),
+                models.Func(
+                    models.F("user"),
+                    models.Value(0),
+                    function="COALESCE",
+                    output_field=models.IntegerField(),
+                ),
+                models.F("kind"),
+                models.F("minute"),
+                name="oversight_access_denial_once_a_minute",
+            ),
+        ]
+        indexes = [models.Index(fields=["flushed", "minute"])]
+
+    def __str__(self) -> str:
+        return f"{self.count} x {self.kind} from {self.source} at {self.minute:%Y-%m-%d %H:%M}"

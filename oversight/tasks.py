@@ -10,6 +10,7 @@ from django.db import connection
 
 from oversight.actions import gates
 from oversight.anchors import write_checkpoints
+from oversight.denials import flush_denials
 
 
 @shared_task(name="oversight.ping")
@@ -30,3 +31,9 @@ def write_audit_checkpoints() -> dict[str, object]:
 def sweep_gates() -> dict[str, int]:
     """Remind, escalate and hold the gates past their deadlines (never approve by time)."""
     return gates.sweep_gates()
+
+
+@shared_task(name="oversight.flush_access_denials")
+def flush_access_denials() -> dict[str, int]:
+    """Summarise the access denials of every finished minute in the system audit chain."""
+    return flush_denials()
