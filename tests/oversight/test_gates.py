@@ -455,8 +455,9 @@ def test_a_refused_bulk_approval_is_recorded_and_decides_nothing() -> None:
 
 def test_bulk_approval_takes_only_low_risk_step_gates() -> None:
     case = _invoice_case()
+    officer = personas.officer()
     with pytest.raises(gates.GateConflict, match="low-risk"):
-        gates.bulk_approve(gate_ids=[_gate(case, GateKind.STEP).pk], user=personas.officer())
+        gates.bulk_approve(gate_ids=[_gate(case, GateKind.STEP).pk], user=officer)
     with pytest.raises(gates.GateConflict, match="low-risk"):
-        gates.bulk_approve(gate_ids=[_gate(case).pk], user=personas.officer())
+        gates.bulk_approve(gate_ids=[_gate(case).pk], user=officer)
     assert not GateDecision.objects.exists()
