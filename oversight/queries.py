@@ -16,9 +16,10 @@ CONFIGURE = "oversight.configure"
 def inbox_for(user: User | AnonymousUser) -> QuerySet[Gate]:
     """Return the open gates of current plan versions that wait for this user's decision.
 
-    Separation of duties is part of the query (R1): never a gate of a case the user submitted,
-    of a version the user edited, or one the user already decided; only gates of the user's
-    groups (the escalation group too, once the gate escalated). None for admins and for users
+    Separation of duties is part of the query (R1): never a gate of a case the user submitted or
+    of a case with a version the user edited (an edit stays in every later version), never one
+    the user already decided; only gates of the user's groups (the escalation group too, once
+    the gate escalated). None for admins and for users
     who do not decide gates. The user's groups are a subquery: counting costs one query.
     """
     if not user.is_authenticated or not user.is_active:
@@ -36,7 +37,7 @@ def inbox_for(user: User | AnonymousUser) -> QuerySet[Gate]:
             | Q(escalated_at__isnull=False, escalation_group__in=groups)
         )
         .exclude(case__submitter_id=user.pk)
-        .exclude(version__edited_by_id=user.pk)
+        .exclude(case__versions__edited_by_id=user.pk)
         .exclude(decisions__decider_id=user.pk)
     )
 

@@ -357,7 +357,11 @@ def can_decide(user: User, gate: Gate) -> str | None:
         return "deciding gates needs the compliance officer role"
     if gate.case.submitter_id == user.pk:
         return "nobody decides a gate of a case they submitted"
-    if gate.version.edited_by_id == user.pk:
+    # An edit stays in every later version: whoever edited any version of the case is out.
+    if (
+        gate.version.edited_by_id == user.pk
+        or PlanVersion.objects.filter(case_id=gate.case_id, edited_by=user).exists()
+    ):
         return "the editor of a plan version cannot approve it"
     groups = {gate.approver_group_id}
     if gate.escalated_at is not None and gate.escalation_group_id is not None:

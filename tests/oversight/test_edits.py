@@ -10,11 +10,13 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from oversight import roles
 from oversight.actions import gates
 from oversight.actions.edits import EditInvalid, EditRefused, edit_plan
 from oversight.actions.gates import DecisionDenied, DecisionInput, ReasonInvalid
 from oversight.audit import case_chain, verify_chain
 from oversight.models import AuditEvent, Gate, GateKind, GateStatus
+from oversight.queries import inbox_for
 from planning import actions
 from planning.actions import materialise_plan, submit_case
 from planning.core.dag import DagPlan
@@ -525,3 +527,24 @@ def test_removing_the_only_step_of_a_group_is_refused(people: dict[str, Any]) ->
     assert _snapshot(case) == before
     # The other step can go: the group keeps its step.
     assert _edit(case, people["officer"], "other", {"remove": True}).diff.removed == ("other",)
+
+
+@pytest.mark.scenario("O2")
+def test_an_editor_cannot_approve_a_later_version_that_still_holds_their_edit(
+    case: Case, people: dict[str, Any], second_auditor: Agent
+) -> None:
+    _edit(case, people["officer"], "check-totals", {"agent": "second-auditor"})
+    v3 = _edit(
+        case,
+        people["second"],
+        "check-duplicate",
+        {"task": "Look for a duplicate payment"},
+        reason_code="incomplete",
+    ).version
+    third = personas.make_user("tess", roles.OFFICER)
+    for editor in (people["officer"], people["second"]):
+        with pytest.raises(DecisionDenied, match="editor"):
+            gates.decide_gate(gate_id=_gate(v3).pk, user=editor, decision=APPROVE)
+        assert not inbox_for(editor).filter(version=v3).exists()
+    assert inbox_for(third).filter(version=v3).exists()
+    gates.decide_gate(gate_id=_gate(v3).pk, user=third, decision=APPROVE)
