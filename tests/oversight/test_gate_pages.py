@@ -15,6 +15,7 @@ from django.utils import timezone
 from oversight import roles
 from oversight.audit import case_chain
 from oversight.models import (
+    AccessDenial,
     AuditEvent,
     Gate,
     GateDecision,
@@ -431,13 +432,12 @@ def test_an_analyst_gets_404_for_another_analysts_gate(analyst: Any) -> None:
     assert approve(client, gate).status_code == 404
     assert client.get(reverse("oversight:case-gates", args=[gate.case_id])).status_code == 404
     assert client.get(reverse("oversight:gate-detail", args=[gate.pk + 999])).status_code == 404
-    attempts = AuditEvent.objects.filter(action="security.access.not_found", actor_user=analyst)
-    assert [(e.data["what"], e.data["id"], e.data["method"]) for e in attempts.order_by("seq")] == [
-        ("gate", gate.pk, "GET"),
-        ("gate", gate.pk, "POST"),
-        ("case", gate.case_id, "GET"),
-        ("gate", gate.pk + 999, "GET"),
+    # Recorded once for the minute (then counted and summarised: oversight.denials).
+    attempts = AuditEvent.objects.filter(action="security.access.denied", actor_user=analyst)
+    assert [(e.data["kind"], e.data["path"]) for e in attempts] == [
+        ("not_found", reverse("oversight:gate-detail", args=[gate.pk]))
     ]
+    assert AccessDenial.objects.get(user=analyst).count == 4
     assert not GateDecision.objects.exists()
 
 
