@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
 
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from planning.core.dag import DagPlan
 from planning.core.serialize import content_hash, node_hash
@@ -93,7 +93,7 @@ def store_version(
     case: Case,
     plan: DagPlan,
     *,
-    edited_by: AbstractBaseUser | None = None,
+    edited_by: User | None = None,
     edit: dict[str, object] | None = None,
 ) -> PlanVersion:
     """Write `plan` as the case's next version with one row per node; return the version.
