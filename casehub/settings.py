@@ -253,6 +253,10 @@ CELERY_BEAT_SCHEDULE["gate-sweep"] = {
 }
 # Wrong signature passwords in a row before signing locks for the user (an admin unlocks it).
 CASEHUB_SIGNING_MAX_FAILURES = env_int("CASEHUB_SIGNING_MAX_FAILURES", 5, minimum=1)
+# A password reset of an officer, supervisor, auditor or admin waits this long for a second admin.
+CASEHUB_PASSWORD_RESET_LIFETIME_HOURS = env_int(
+    "CASEHUB_PASSWORD_RESET_LIFETIME_HOURS", 24, minimum=1
+)
 
 # E-mail notifications (gate opened, case decided). Demo mode writes them under var/mail/.
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "casehub@localhost")

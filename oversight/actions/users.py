@@ -39,7 +39,7 @@ from planning.rules import CONFIGURE
 SENSITIVE_ROLES = (OFFICER, SUPERVISOR, AUDITOR, ADMIN)
 # A pending reset older than this can no longer be approved.
 PASSWORD_RESET_LIFETIME = timedelta(
-    hours=getattr(settings, "CASEHUB_PASSWORD_RESET_LIFETIME_HOURS", 24)
+    hours=settings.CASEHUB_PASSWORD_RESET_LIFETIME_HOURS
 )
 # The user fields change_user may set.
 PROFILE_FIELDS = ("username", "first_name", "last_name", "email", "is_active")
