@@ -32,15 +32,14 @@ from django.utils import timezone
 from oversight.audit import SYSTEM_CHAIN, append_event
 from oversight.models import AuditEvent, PasswordResetRequest, SigningState
 from oversight.roles import ADMIN, AUDITOR, OFFICER, ROLES, SUPERVISOR
+from planning.models import ApiToken
 from planning.rules import CONFIGURE
 
 # Roles whose password an admin may only reset with a second admin's approval. The admin role is
 # one: an admin who could reset another admin's password could approve their own requests.
 SENSITIVE_ROLES = (OFFICER, SUPERVISOR, AUDITOR, ADMIN)
 # A pending reset older than this can no longer be approved.
-PASSWORD_RESET_LIFETIME = timedelta(
-    hours=settings.CASEHUB_PASSWORD_RESET_LIFETIME_HOURS
-)
+PASSWORD_RESET_LIFETIME = timedelta(hours=settings.CASEHUB_PASSWORD_RESET_LIFETIME_HOURS)
 # The user fields change_user may set.
 PROFILE_FIELDS = ("username", "first_name", "last_name", "email", "is_active")
 
@@ -283,6 +282,8 @@ def _change_user(admin: User, user: User, changes: dict[str, Any], action: str) 
                 "after": {name: getattr(stored, name) for name in changed},
             },
         )
+        if "is_active" in changed and not stored.is_active:
+            _revoke_tokens(admin, stored, why="the account was deactivated")
     for name in PROFILE_FIELDS:
         setattr(user, name, getattr(stored, name))
     return stored
@@ -319,8 +320,23 @@ def _set_roles(admin: User, user: User, groups: list[Group]) -> User:
             chain=SYSTEM_CHAIN,
             data={**_subject(stored), "before": before, "after": after},
         )
+    if removed := sorted(set(before["roles"]) - set(after["roles"])):
+        _revoke_tokens(admin, stored, why=f"role(s) removed: {', '.join(removed)}")
     user.is_staff = stored.is_staff
     return stored
+
+
+def _revoke_tokens(admin: User, user: User, *, why: str) -> None:
+    # A token outlives no change of who the user is (O9); sessions re-read the user and their
+    # permissions on every request, so a deactivated user is signed out and a removed role is gone.
+    revoked, _ = ApiToken.objects.filter(user=user).delete()
+    if revoked:
+        append_event(
+            "auth.token.revoked",
+            actor=admin,
+            chain=SYSTEM_CHAIN,
+            data={**_subject(user), "tokens": revoked, "why": why},
+        )
 
 
 def needs_second_admin(user: User) -> bool:
