@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from django.contrib.auth.models import AnonymousUser, Group, User
-from django.db.models import F, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404
 
-from oversight.models import OPEN_GATE_STATUSES, Gate, Notification
+from oversight.models import OPEN_GATE_STATUSES, Gate, GateDecision, Notification
+from planning.models import Case, PlanVersion
 from planning.queries import visible_cases
 
 DECIDE_GATE = "oversight.decide_gate"
@@ -14,31 +15,36 @@ CONFIGURE = "oversight.configure"
 
 
 def inbox_for(user: User | AnonymousUser) -> QuerySet[Gate]:
-    """Return the open gates of current plan versions that wait for this user's decision.
+    """Return the open gates that wait for this user's decision.
 
     Separation of duties is part of the query (R1): never a gate of a case the user submitted or
     of a case with a version the user edited (an edit stays in every later version), never one
     the user already decided; only gates of the user's groups (the escalation group too, once
-    the gate escalated). None for admins and for users
-    who do not decide gates. The user's groups are a subquery: counting costs one query.
+    the gate escalated). None for admins and for users who do not decide gates.
+
+    Every exclusion is an uncorrelated subquery over the user's own few rows, so the query reads
+    the gate table alone, in deadline order from its index: 10,000 open gates cost what 100 do.
+    Only gates of current plan versions (an edit also voids the replaced version's gates in its
+    transaction, and `decide_gate` checks again).
     """
     if not user.is_authenticated or not user.is_active:
         return Gate.objects.none()
     if user.has_perm(CONFIGURE) or not user.has_perm(DECIDE_GATE):
         return Gate.objects.none()
     groups = Group.objects.filter(user=user).values("pk")
+    own_cases = Case.objects.filter(submitter_id=user.pk).values("pk")
+    edited_cases = PlanVersion.objects.filter(edited_by_id=user.pk).values("case_id")
+    decided = GateDecision.objects.filter(decider_id=user.pk).values("gate_id")
+    current = Case.objects.filter(current_version__isnull=False).values("current_version_id")
     return (
-        Gate.objects.filter(
-            status__in=OPEN_GATE_STATUSES,
-            case__current_version_id=F("version_id"),
-        )
+        Gate.objects.filter(status__in=OPEN_GATE_STATUSES, version_id__in=current)
         .filter(
             Q(approver_group__in=groups)
             | Q(escalated_at__isnull=False, escalation_group__in=groups)
         )
-        .exclude(case__submitter_id=user.pk)
-        .exclude(case__versions__edited_by_id=user.pk)
-        .exclude(decisions__decider_id=user.pk)
+        .exclude(case_id__in=own_cases)
+        .exclude(case_id__in=edited_cases)
+        .exclude(pk__in=decided)
     )
 
 
