@@ -7,7 +7,9 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.auth.forms import PasswordChangeForm
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.db.models import QuerySet
 from django.forms import Form
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -25,6 +27,7 @@ from oversight.actions.policies import (
     propose_policy,
     reject_policy,
 )
+from oversight.audit import SYSTEM_CHAIN, append_event
 from oversight.forms import SETTING_HELP, PolicyActionForm, PolicyProposalForm, ReasonCodeForm
 from oversight.models import PolicyVersion, ReasonCode, WorkerHeartbeat
 from oversight.policy import PolicySettings, loosening
@@ -332,7 +335,23 @@ class ReasonCodeAdmin(admin.ModelAdmin):
             obj.pk = row.pk
 
 
+class AuditedPasswordChangeForm(PasswordChangeForm):
+    """The admin site's change-your-own-password form, with the change in the trail."""
+
+    @transaction.atomic
+    def save(self, commit: bool = True) -> Any:
+        user = super().save(commit=commit)
+        append_event(
+            "auth.user.password_changed",
+            actor=user,
+            chain=SYSTEM_CHAIN,
+            data={"user": user.get_username(), "user_id": user.pk, "by": "themselves"},
+        )
+        return user
+
+
 admin.site.site_header = "CaseHub administration"
 admin.site.site_title = "CaseHub admin"
+admin.site.password_change_form = AuditedPasswordChangeForm
 
 from oversight import admin_users  # noqa: E402, F401

@@ -563,9 +563,7 @@ AUDITED: dict[str, Audited] = {
     "admin:password_change": Audited(
         "admin",
         _own_password,
-        "auth.user.password",
-        known_gap="the admin site's own-password form (PasswordChangeView) saves the new "
-        "password with no audit event: the user post_save receiver records flags only",
+        "auth.user.password_changed",
     ),
     # Review.
     "oversight:inbox-approve": Audited(
