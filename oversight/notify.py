@@ -18,7 +18,7 @@ from django.db import transaction
 from django.urls import reverse
 
 from oversight.models import Gate, Notification
-from planning.models import Case
+from planning.models import Case, PlanVersion
 
 logger = logging.getLogger(__name__)
 
@@ -31,10 +31,19 @@ def _case_url(case: Case) -> str:
     return reverse("planning:case-detail", args=[case.pk])
 
 
-def _members(groups: Iterable[int], *, except_user: int | None) -> list[User]:
+def _members(
+    groups: Iterable[int], *, except_user: int | None, case: Case | None = None
+) -> list[User]:
     users = User.objects.filter(groups__in=list(groups), is_active=True).distinct()
     if except_user is not None:
         users = users.exclude(pk=except_user)
+    if case is not None:
+        # Who edited a version of the case cannot approve its gates: no "waits for you" for them.
+        users = users.exclude(
+            pk__in=PlanVersion.objects.filter(case=case, edited_by__isnull=False).values(
+                "edited_by"
+            )
+        )
     return list(users.order_by("pk"))
 
 
@@ -79,7 +88,7 @@ def gates_opened(case: Case, gates: Sequence[Gate]) -> None:
     for gate in gates:
         by_group.setdefault(gate.approver_group_id, []).append(gate)
     for group_id, group_gates in by_group.items():
-        users = _members([group_id], except_user=case.submitter_id)
+        users = _members([group_id], except_user=case.submitter_id, case=case)
         first = group_gates[0]
         count = len(group_gates)
         what = f"{count} gates wait" if count > 1 else f"a {first.kind} gate waits"
@@ -96,7 +105,7 @@ def gates_opened(case: Case, gates: Sequence[Gate]) -> None:
 
 def gate_reminder(gate: Gate) -> None:
     """Remind the approver group that a gate is half-way to its deadline."""
-    users = _members([gate.approver_group_id], except_user=gate.case.submitter_id)
+    users = _members([gate.approver_group_id], except_user=gate.case.submitter_id, case=gate.case)
     _notify(
         users,
         kind="gate.reminder",
@@ -114,7 +123,7 @@ def gate_reminder(gate: Gate) -> None:
 def gate_escalated(gate: Gate) -> None:
     """Tell the escalation group that a gate passed its deadline and is theirs to decide too."""
     group = gate.escalation_group_id or gate.approver_group_id
-    users = _members([group], except_user=gate.case.submitter_id)
+    users = _members([group], except_user=gate.case.submitter_id, case=gate.case)
     _notify(
         users,
         kind="gate.escalated",

@@ -15,7 +15,7 @@ from oversight.actions import gates
 from oversight.actions.edits import EditInvalid, EditRefused, edit_plan
 from oversight.actions.gates import DecisionDenied, DecisionInput, ReasonInvalid
 from oversight.audit import case_chain, verify_chain
-from oversight.models import AuditEvent, Gate, GateKind, GateStatus
+from oversight.models import AuditEvent, Gate, GateKind, GateStatus, Notification
 from oversight.queries import inbox_for
 from planning import actions
 from planning.actions import materialise_plan, submit_case
@@ -548,3 +548,11 @@ def test_an_editor_cannot_approve_a_later_version_that_still_holds_their_edit(
         assert not inbox_for(editor).filter(version=v3).exists()
     assert inbox_for(third).filter(version=v3).exists()
     gates.decide_gate(gate_id=_gate(v3).pk, user=third, decision=APPROVE)
+
+
+def test_the_editor_is_not_told_that_the_new_versions_gates_wait_for_them(
+    case: Case, people: dict[str, Any], second_auditor: Agent
+) -> None:
+    v2 = _edit(case, people["officer"], "check-totals", {"agent": "second-auditor"}).version
+    told = Notification.objects.filter(gate__version=v2, kind="gate.opened")
+    assert set(told.values_list("user__username", flat=True)) == {people["second"].username}
