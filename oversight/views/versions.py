@@ -222,9 +222,14 @@ class PlanEditForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}),
     )
     depends_on = forms.MultipleChoiceField(
-        label="Runs after", required=False, help_text="None selected: it waits for no sibling."
+        label="Runs after",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None selected: it waits for no sibling.",
     )
-    remove = forms.BooleanField(label="Remove this step from the plan", required=False)
+    remove = forms.BooleanField(
+        label="Remove this step from the plan", required=False, label_suffix=""
+    )
     reason_code = forms.ChoiceField(label="Reason code", required=False)
     reason = forms.CharField(
         label="Reason", required=False, widget=forms.Textarea(attrs={"rows": 2})
