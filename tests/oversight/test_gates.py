@@ -107,6 +107,7 @@ def test_gate_e_mail_goes_out_once_the_transaction_commits(
 
 
 @pytest.mark.scenario("O1")
+@pytest.mark.scenario("R1")
 def test_a_user_with_analyst_and_officer_roles_cannot_approve_their_own_case() -> None:
     both = personas.analyst("bo")
     both.groups.add(Group.objects.get(name=roles.OFFICER))
@@ -125,6 +126,7 @@ def test_a_user_with_analyst_and_officer_roles_cannot_approve_their_own_case() -
 
 
 @pytest.mark.scenario("O10")
+@pytest.mark.scenario("R1")
 def test_an_admin_cannot_decide_a_gate_even_holding_the_officer_role() -> None:
     case = _invoice_case()
     admin = personas.admin()
@@ -252,6 +254,7 @@ def test_two_officers_racing_on_one_gate_end_with_exactly_one_decision() -> None
 
 
 @pytest.mark.scenario("O5")
+@pytest.mark.scenario("R3")
 def test_a_decision_on_what_the_officer_no_longer_sees_is_409_stale() -> None:
     case = _invoice_case()
     gate = _gate(case)
@@ -346,6 +349,7 @@ def test_quorum_two_needs_two_distinct_officers() -> None:
 
 
 @pytest.mark.scenario("O8")
+@pytest.mark.scenario("R7")
 def test_a_financial_step_approval_is_a_signature_that_needs_the_password() -> None:
     case = _invoice_case()
     hold = _gate(case, GateKind.STEP)
@@ -377,6 +381,7 @@ def test_a_financial_step_approval_is_a_signature_that_needs_the_password() -> N
 
 
 @pytest.mark.scenario("O8")
+@pytest.mark.scenario("R7")
 def test_five_wrong_signature_passwords_lock_signing_with_a_security_event() -> None:
     case = _invoice_case()
     hold = _gate(case, GateKind.STEP)
@@ -402,6 +407,7 @@ def test_five_wrong_signature_passwords_lock_signing_with_a_security_event() -> 
 
 
 @pytest.mark.scenario("O6")
+@pytest.mark.scenario("R5")
 def test_an_unattended_gate_is_reminded_escalated_and_held_never_approved() -> None:
     case = _invoice_case()
     supervisor = personas.make_user("sue", roles.SUPERVISOR)
