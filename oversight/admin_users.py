@@ -6,7 +6,8 @@ oversight.roles.ROLES each) — never the superuser or staff flags, raw groups o
 their own record the roles and the active flag are read-only. A form posted with a field it does
 not offer (a tampered form) is refused with 403 and recorded. Groups are read-only: their
 permissions come from oversight.roles.sync_roles. A new password for an officer, supervisor,
-auditor or admin waits in "Password reset requests" for a second admin.
+auditor or admin waits in "Password reset requests" for a second admin; so does giving one of
+those roles, at creation or later, in "Role grant requests".
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ActionForm
 from django.contrib.admin.utils import unquote
 from django.contrib.auth import admin as auth_admin
 from django.contrib.auth import password_validation
@@ -29,7 +31,7 @@ from django.utils.html import format_html
 from django.views.decorators.debug import sensitive_post_parameters
 
 from oversight.actions import users
-from oversight.models import PasswordResetRequest, SigningState
+from oversight.models import PasswordResetRequest, RoleGrantRequest, SigningState
 from oversight.roles import ROLES
 
 # Fields no form here offers: posting one is tampering.
@@ -54,6 +56,15 @@ def _refused(request: HttpRequest, error: users.UserChangeRefused) -> None:
     messages.error(request, f"Refused: {error.why}.")
 
 
+def _grant_pending(request: HttpRequest, user: User, pending: RoleGrantRequest | None) -> None:
+    if pending is not None:
+        messages.warning(
+            request,
+            f"The {', '.join(pending.roles)} role of {user.username} waits for a second admin "
+            "(Oversight > Role grant requests).",
+        )
+
+
 class UserForm(forms.ModelForm):
     """A user's profile and active flag; no roles (the admin's own record)."""
 
@@ -66,13 +77,25 @@ class UserRolesForm(UserForm):
     """A user's profile, active flag and roles (anyone's record but the admin's own)."""
 
     roles = forms.MultipleChoiceField(
-        choices=ROLE_CHOICES, required=False, widget=forms.CheckboxSelectMultiple
+        choices=ROLE_CHOICES,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text=(
+            f"Giving the {', '.join(users.SENSITIVE_ROLES[:-1])} or {users.SENSITIVE_ROLES[-1]} "
+            "role waits for a second admin."
+        ),
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.instance.pk is not None:
             self.fields["roles"].initial = users.role_names(self.instance)
+            pending = users.pending_role_grant(self.instance)
+            if pending is not None:
+                self.fields["roles"].help_text = (
+                    f"{', '.join(pending.roles)} waits for a second admin "
+                    "(Oversight > Role grant requests)."
+                )
 
 
 class PasswordFieldsMixin(forms.Form):
@@ -292,6 +315,7 @@ class CaseHubUserAdmin(admin.ModelAdmin):
             obj.is_staff = created.is_staff
             obj._state.adding = False
             obj._state.db = created._state.db
+            _grant_pending(request, created, users.pending_role_grant(created))
             return
         fields = [name for name in users.PROFILE_FIELDS if name in form.fields]
         users.change_user(_admin(request), obj, **{name: data[name] for name in fields})
@@ -299,7 +323,10 @@ class CaseHubUserAdmin(admin.ModelAdmin):
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         # The forms have no many-to-many fields; roles are set by the use case.
         if change and "roles" in form.fields:
-            users.set_roles(_admin(request), form.instance, form.cleaned_data.get("roles") or [])
+            pending = users.set_roles(
+                _admin(request), form.instance, form.cleaned_data.get("roles") or []
+            )
+            _grant_pending(request, form.instance, pending)
 
     def response_add(
         self, request: HttpRequest, obj: User, post_url_continue: str | None = None
@@ -464,4 +491,94 @@ class PasswordResetRequestAdmin(admin.ModelAdmin):
     def reject_selected(
         self, request: HttpRequest, queryset: QuerySet[PasswordResetRequest]
     ) -> None:
+        self._decide(request, queryset, approve=False)
+
+
+class RoleGrantActionForm(ActionForm):
+    reason = forms.CharField(label="Reason (to reject)", required=False, max_length=500, strip=True)
+
+
+@admin.register(RoleGrantRequest)
+class RoleGrantRequestAdmin(admin.ModelAdmin):
+    """Pending grants of sensitive roles, for a second admin to approve or reject."""
+
+    list_display = (
+        "target",
+        "role_list",
+        "requested_by",
+        "requester_controls",
+        "status",
+        "created_at",
+        "expires_at",
+        "decided_by",
+        "decided_at",
+        "reason",
+    )
+    list_filter = ("status",)
+    fields = list_display
+    readonly_fields = fields
+    actions = ("approve_selected", "reject_selected")
+    action_form = RoleGrantActionForm
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return _manages(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return _manages(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[RoleGrantRequest]:
+        return super().get_queryset(request).select_related("target", "requested_by")
+
+    @admin.display(description="roles to grant")
+    def role_list(self, obj: RoleGrantRequest) -> str:
+        return ", ".join(obj.roles)
+
+    @admin.display(description="requester created the account or knows its password", boolean=True)
+    def requester_controls(self, obj: RoleGrantRequest) -> bool:
+        return users.controlled_by(obj.target, obj.requested_by)
+
+    @admin.display(description="expires")
+    def expires_at(self, obj: RoleGrantRequest) -> Any:
+        if obj.status != RoleGrantRequest.Status.PENDING:
+            return "—"
+        return obj.created_at + users.ROLE_GRANT_LIFETIME
+
+    def _decide(
+        self, request: HttpRequest, queryset: QuerySet[RoleGrantRequest], approve: bool
+    ) -> None:
+        reason = str(request.POST.get("reason", "")).strip()
+        if not approve and not reason:
+            messages.error(request, "Give a reason to reject a role grant.")
+            return
+        done = 0
+        for grant in queryset.select_related("target", "requested_by"):
+            try:
+                if approve:
+                    users.approve_role_grant(_admin(request), grant)
+                else:
+                    users.reject_role_grant(_admin(request), grant, reason)
+                done += 1
+            except users.UserChangeRefused as error:
+                messages.error(request, f"{grant.target.username}: refused: {error.why}.")
+            except users.RoleGrantConflict as error:
+                messages.error(request, f"{grant.target.username}: {error}.")
+        if done:
+            verb = "Approved" if approve else "Rejected"
+            messages.success(request, f"{verb} {done} role grant(s).")
+
+    @admin.action(description="Approve the selected role grants (as the second admin)")
+    def approve_selected(self, request: HttpRequest, queryset: QuerySet[RoleGrantRequest]) -> None:
+        self._decide(request, queryset, approve=True)
+
+    @admin.action(description="Reject the selected role grants (give a reason)")
+    def reject_selected(self, request: HttpRequest, queryset: QuerySet[RoleGrantRequest]) -> None:
         self._decide(request, queryset, approve=False)

@@ -418,3 +418,40 @@ class AccessDenial(models.Model):
 
     def __str__(self) -> str:
         return f"{self.count} x {self.kind} from {self.source} at {self.minute:%Y-%m-%d %H:%M}"
+
+
+class RoleGrantRequest(models.Model):
+    """Sensitive roles an admin wants a user to have; a second admin must approve them.
+
+    `roles` lists the sensitive roles to add (officer, supervisor, auditor, admin); approving
+    adds them to the roles the user holds then. Removing roles and adding the analyst role never
+    wait: only these do.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        EXPIRED = "expired"
+
+    target = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="role_grants"
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    roles = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    reason = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["status", "target"])]
+
+    def __str__(self) -> str:
+        return f"role grant of {', '.join(self.roles)} to {self.target_id} ({self.status})"

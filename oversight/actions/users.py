@@ -5,7 +5,10 @@ active flag, resets their own password here or unlocks their own signing; nobody
 touches a superuser; superuser and staff flags are never set here (staff follows the admin role,
 because the admin site needs it). A new password for a user in a sensitive role (officer,
 supervisor, auditor, admin) waits for a second admin, who is neither the requester nor the
-target nor an admin whose account the requester controls (controlled_by).
+target nor an admin whose account the requester controls (controlled_by). So does granting a
+sensitive role, at creation or later (RoleGrantRequest): otherwise an admin could create a user
+with a password they know, make them an officer and approve gates as them. Removing roles and
+adding the analyst role apply at once.
 
 Every change writes one audit event on the system chain with its before and after, in the same
 transaction. A refusal raises UserChangeRefused (403) and is recorded first, in a transaction of
@@ -30,16 +33,18 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from oversight.audit import SYSTEM_CHAIN, append_event
-from oversight.models import AuditEvent, PasswordResetRequest, SigningState
+from oversight.models import AuditEvent, PasswordResetRequest, RoleGrantRequest, SigningState
 from oversight.roles import ADMIN, AUDITOR, OFFICER, ROLES, SUPERVISOR
 from planning.models import ApiToken
 from planning.rules import CONFIGURE
 
-# Roles whose password an admin may only reset with a second admin's approval. The admin role is
-# one: an admin who could reset another admin's password could approve their own requests.
+# Roles an admin may only grant, and whose holders' password an admin may only reset, with a
+# second admin's approval. The admin role is one: an admin who could reset another admin's
+# password, or make an account of theirs an admin, could approve their own requests.
 SENSITIVE_ROLES = (OFFICER, SUPERVISOR, AUDITOR, ADMIN)
-# A pending reset older than this can no longer be approved.
+# A pending reset or role grant older than this can no longer be approved.
 PASSWORD_RESET_LIFETIME = timedelta(hours=settings.CASEHUB_PASSWORD_RESET_LIFETIME_HOURS)
+ROLE_GRANT_LIFETIME = PASSWORD_RESET_LIFETIME
 # The user fields change_user may set.
 PROFILE_FIELDS = ("username", "first_name", "last_name", "email", "is_active")
 
@@ -80,6 +85,10 @@ class UserChangeRefused(PermissionDenied):
 
 class ResetConflict(Exception):
     """The password reset request is no longer pending, or has expired (409)."""
+
+
+class RoleGrantConflict(Exception):
+    """The role grant request is no longer pending, or has expired (409)."""
 
 
 # Records ---------------------------------------------------------------------------------------
@@ -151,15 +160,23 @@ def may_manage_users(user: AbstractBaseUser | AnonymousUser) -> bool:
     return user.is_active and user.has_perm(CONFIGURE)
 
 
-def _check(admin: User, attempt: str, target: User | None, *, not_self: bool = True) -> None:
+def _check(
+    admin: User, attempt: str, target: User | None, *, not_self: bool = True, **extra: Any
+) -> None:
     if not may_manage_users(admin):
-        _refuse(admin, attempt, target, "only admins manage users")
+        _refuse(admin, attempt, target, "only admins manage users", **extra)
     if target is None:
         return
     if not_self and target.pk == admin.pk:
-        _refuse(admin, attempt, target, "nobody changes their own roles, access or password here")
+        _refuse(
+            admin,
+            attempt,
+            target,
+            "nobody changes their own roles, access or password here",
+            **extra,
+        )
     if target.is_superuser and not admin.is_superuser:
-        _refuse(admin, attempt, target, "only a superuser changes a superuser")
+        _refuse(admin, attempt, target, "only a superuser changes a superuser", **extra)
 
 
 def _role_groups(roles: Iterable[str]) -> list[Group]:
@@ -194,8 +211,10 @@ def create_user(
 ) -> User:
     """Create a user in the given roles (staff only for the admin role); return them.
 
-    A None password makes an unusable one. Raises UserChangeRefused (audited) unless the admin
-    may manage users, ValueError for an unknown role, ValidationError for a weak password.
+    The sensitive roles among them are not given at once: the user is created without them and a
+    pending RoleGrantRequest asks a second admin for them (see pending_role_grant). A None
+    password makes an unusable one. Raises UserChangeRefused (audited) unless the admin may
+    manage users, ValueError for an unknown role, ValidationError for a weak password.
     """
     _check(admin, "create_user", None)
     groups = _role_groups(roles)
@@ -217,6 +236,8 @@ def _create_user(
     groups: list[Group],
     is_active: bool,
 ) -> User:
+    grants = [group.name for group in groups if group.name in SENSITIVE_ROLES]
+    at_once = [group for group in groups if group.name not in grants]
     with _recording():
         user = User.objects.create_user(
             username=username,
@@ -225,15 +246,17 @@ def _create_user(
             last_name=last_name,
             email=email,
             is_active=is_active,
-            is_staff=any(group.name == ADMIN for group in groups),
+            is_staff=any(group.name == ADMIN for group in at_once),
         )
-        user.groups.add(*groups)
+        user.groups.add(*at_once)
         append_event(
             "auth.user.created",
             actor=admin,
             chain=SYSTEM_CHAIN,
             data={**_subject(user), "before": None, "after": user_record(user)},
         )
+    if grants:
+        _request_role_grant(admin, user, grants)
     return user
 
 
@@ -289,22 +312,39 @@ def _change_user(admin: User, user: User, changes: dict[str, Any], action: str) 
     return stored
 
 
-def set_roles(admin: User, user: User, roles: Sequence[str]) -> User:
+def set_roles(admin: User, user: User, roles: Sequence[str]) -> RoleGrantRequest | None:
     """Give a user exactly these roles (other groups stay); staff follows the admin role.
 
-    Writes `auth.user.roles_changed` with the roles and staff flag before and after (nothing
-    if nothing changed). Raises UserChangeRefused (audited) unless the admin may manage users,
-    for the admin's own roles and for a superuser; ValueError for an unknown role.
+    Removed roles and the analyst role apply at once; sensitive roles the user does not hold yet
+    wait for a second admin in a RoleGrantRequest, which supersedes the user's pending one.
+    Returns that request, or None when everything applied at once. Writes
+    `auth.user.roles_changed` with the roles and staff flag before and after (nothing if nothing
+    changed at once) and `auth.role_grant.requested`. Raises UserChangeRefused (audited) unless
+    the admin may manage users, for the admin's own roles and for a superuser; ValueError for an
+    unknown role.
     """
     _check(admin, "set_roles", user)
     groups = _role_groups(roles)
-    return _set_roles(admin, user, groups)
+    return _set_roles_or_request(admin, user, groups)
 
 
 @transaction.atomic
-def _set_roles(admin: User, user: User, groups: list[Group]) -> User:
+def _set_roles_or_request(admin: User, user: User, groups: list[Group]) -> RoleGrantRequest | None:
+    held = role_names(_locked(user))
+    grants = [group.name for group in groups if group.name in SENSITIVE_ROLES]
+    grants = [role for role in grants if role not in held]
+    _set_roles(admin, user, [group for group in groups if group.name not in grants])
+    if not grants:
+        return None
+    return _request_role_grant(admin, user, grants)
+
+
+@transaction.atomic
+def _set_roles(
+    admin: User, user: User, groups: list[Group], extra: dict[str, Any] | None = None
+) -> User:
     stored = _locked(user)
-    before = {"roles": role_names(stored), "is_staff": stored.is_staff}
+    before: dict[str, Any] = {"roles": role_names(stored), "is_staff": stored.is_staff}
     wanted = {group.name for group in groups}
     with _recording():
         stored.groups.remove(*stored.groups.filter(name__in=ROLES).exclude(name__in=wanted))
@@ -312,13 +352,13 @@ def _set_roles(admin: User, user: User, groups: list[Group]) -> User:
         stored.is_staff = ADMIN in wanted
         if stored.is_staff != before["is_staff"]:
             stored.save(update_fields=["is_staff"])
-    after = {"roles": role_names(stored), "is_staff": stored.is_staff}
+    after: dict[str, Any] = {"roles": role_names(stored), "is_staff": stored.is_staff}
     if after != before:
         append_event(
             "auth.user.roles_changed",
             actor=admin,
             chain=SYSTEM_CHAIN,
-            data={**_subject(stored), "before": before, "after": after},
+            data={**_subject(stored), **(extra or {}), "before": before, "after": after},
         )
     if removed := sorted(set(before["roles"]) - set(after["roles"])):
         _revoke_tokens(admin, stored, why=f"role(s) removed: {', '.join(removed)}")
@@ -431,12 +471,18 @@ def controlled_by(user: User, other: User) -> bool:
     """Return True if `other` may control `user`'s account, so `user` is no second person to them.
 
     That is: `other` created the account or chose its password (at once or through an approved
-    reset: they know it), or made it an admin. Two-person rules (a password reset's second
-    admin, and others' approvals) use this against accounts an admin made for themselves.
+    reset: they know it), or made it an admin (at once, by approving a grant, or through an
+    approved grant they asked for). Two-person rules (the second admin of a password reset or a
+    role grant, and others' approvals) use this against accounts an admin made for themselves.
     """
     if PasswordResetRequest.objects.filter(
         target_id=user.pk, requested_by_id=other.pk, status=PasswordResetRequest.Status.APPROVED
     ).exists():
+        return True
+    granted = RoleGrantRequest.objects.filter(
+        target_id=user.pk, requested_by_id=other.pk, status=RoleGrantRequest.Status.APPROVED
+    ).values_list("roles", flat=True)
+    if any(ADMIN in roles for roles in granted):
         return True
     events = AuditEvent.objects.filter(
         chain=SYSTEM_CHAIN,
@@ -528,6 +574,176 @@ def _reject_password_reset(admin: User, request: PasswordResetRequest) -> Passwo
     _close(locked, PasswordResetRequest.Status.REJECTED, admin, timezone.now())
     request.refresh_from_db()
     return locked
+
+
+# Role grants ----------------------------------------------------------------------------------
+
+
+def pending_role_grant(user: User) -> RoleGrantRequest | None:
+    """Return the user's pending role grant request (at most one), or None."""
+    return RoleGrantRequest.objects.filter(
+        target_id=user.pk, status=RoleGrantRequest.Status.PENDING
+    ).first()
+
+
+def _request_role_grant(admin: User, user: User, grants: list[str]) -> RoleGrantRequest:
+    # Inside the caller's transaction, the user locked (or just created).
+    now = timezone.now()
+    for earlier in RoleGrantRequest.objects.select_for_update().filter(
+        target_id=user.pk, status=RoleGrantRequest.Status.PENDING
+    ):
+        _close_grant(earlier, RoleGrantRequest.Status.EXPIRED, admin, now, why="superseded")
+    request = RoleGrantRequest.objects.create(target=user, requested_by=admin, roles=grants)
+    held = role_names(user)
+    append_event(
+        "auth.role_grant.requested",
+        actor=admin,
+        chain=SYSTEM_CHAIN,
+        data={
+            **_subject(user),
+            "request": request.pk,
+            "grant": grants,
+            "before": {"status": None, "roles": held},
+            "after": {"status": request.status, "roles": held},
+        },
+    )
+    return request
+
+
+def _close_grant(
+    request: RoleGrantRequest,
+    status: str,
+    admin: User | None,
+    now: Any,
+    *,
+    why: str = "",
+    roles_before: list[str] | None = None,
+) -> None:
+    before = request.status
+    request.status = status
+    request.decided_by = admin
+    request.decided_at = now
+    request.reason = why
+    request.save(update_fields=["status", "decided_by", "decided_at", "reason"])
+    held = role_names(request.target)
+    append_event(
+        f"auth.role_grant.{status}",
+        actor=admin,
+        chain=SYSTEM_CHAIN,
+        data={
+            **_subject(request.target),
+            "request": request.pk,
+            "requested_by": request.requested_by.username,
+            "grant": request.roles,
+            "why": why,
+            "before": {"status": before, "roles": held if roles_before is None else roles_before},
+            "after": {"status": status, "roles": held},
+        },
+    )
+
+
+def _pending_grant(request: RoleGrantRequest) -> RoleGrantRequest:
+    locked = RoleGrantRequest.objects.select_for_update().get(pk=request.pk)
+    if locked.status != RoleGrantRequest.Status.PENDING:
+        raise RoleGrantConflict(f"the role grant is {locked.status}, no longer pending")
+    return locked
+
+
+def _expire_grant_if_old(request: RoleGrantRequest, admin: User) -> None:
+    now = timezone.now()
+    if now - request.created_at <= ROLE_GRANT_LIFETIME:
+        return
+    with transaction.atomic():
+        locked = _pending_grant(request)
+        _close_grant(locked, RoleGrantRequest.Status.EXPIRED, admin, now, why="too old to approve")
+    raise RoleGrantConflict("the role grant has expired: the requester must ask again")
+
+
+def approve_role_grant(admin: User, request: RoleGrantRequest) -> User:
+    """Approve a pending role grant as the second admin: the target gets the roles; return them.
+
+    The roles are added to those the target holds now (staff follows the admin role), through
+    the same change as set_roles: `auth.user.roles_changed` (by the approver, naming the request)
+    and `auth.role_grant.approved`, both with the roles before and after. Raises
+    UserChangeRefused (audited) unless the admin may manage users, for the requester, the target,
+    an admin account the requester or the target controls (see controlled_by), and a superuser
+    target unless the approver is one; RoleGrantConflict when the request is no longer pending
+    or expired (an expired request is marked so, audited).
+    """
+    target = request.target
+    attempt = "approve_role_grant"
+    _check(admin, attempt, target, request=request.pk)
+    if request.requested_by_id == admin.pk:
+        _refuse(
+            admin,
+            attempt,
+            target,
+            "the requester cannot approve their own role grant",
+            request=request.pk,
+        )
+    if controlled_by(admin, request.requested_by):
+        _refuse(
+            admin,
+            attempt,
+            target,
+            "the requester made this admin account or chose its password: "
+            "a second admin must be someone else",
+            request=request.pk,
+        )
+    if controlled_by(admin, target):
+        _refuse(
+            admin,
+            attempt,
+            target,
+            "the user made this admin account or chose its password: "
+            "a second admin must be someone else",
+            request=request.pk,
+        )
+    _expire_grant_if_old(request, admin)
+    return _approve_role_grant(admin, request)
+
+
+@transaction.atomic
+def _approve_role_grant(admin: User, request: RoleGrantRequest) -> User:
+    locked = _pending_grant(request)
+    target = _locked(locked.target)
+    held = role_names(target)
+    wanted = [*held, *(role for role in locked.roles if role not in held)]
+    _set_roles(
+        admin,
+        target,
+        _role_groups(wanted),
+        extra={"request": locked.pk, "requested_by": locked.requested_by.username},
+    )
+    locked.target = target
+    _close_grant(locked, RoleGrantRequest.Status.APPROVED, admin, timezone.now(), roles_before=held)
+    request.refresh_from_db()
+    return target
+
+
+def reject_role_grant(admin: User, request: RoleGrantRequest, reason: str) -> RoleGrantRequest:
+    """Reject a pending role grant, giving a reason (the requester may withdraw theirs).
+
+    The target's roles stay. Writes `auth.role_grant.rejected` with the reason. Raises
+    UserChangeRefused (audited) unless the admin may manage users; ValueError for an empty
+    reason; RoleGrantConflict when the request is no longer pending.
+    """
+    _check(admin, "reject_role_grant", request.target, not_self=False, request=request.pk)
+    reason = reason.strip()
+    if not reason:
+        raise ValueError("a rejection needs a reason")
+    return _reject_role_grant(admin, request, reason[:500])
+
+
+@transaction.atomic
+def _reject_role_grant(admin: User, request: RoleGrantRequest, reason: str) -> RoleGrantRequest:
+    locked = _pending_grant(request)
+    _close_grant(locked, RoleGrantRequest.Status.REJECTED, admin, timezone.now(), why=reason)
+    request.refresh_from_db()
+    return locked
+
+
+# E-signing -------------------------------------------------------------------------------------
 
 
 def unlock_signing(admin: User, user: User) -> SigningState:

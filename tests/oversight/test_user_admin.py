@@ -142,13 +142,21 @@ def test_staff_follows_the_admin_role(admin_user: User) -> None:
     )
     assert response.status_code == 302
     ada = User.objects.get(username="ada")
+    assert (ada.is_staff, ada.is_superuser) == (False, False)  # the admin role waits
+    grant = users.pending_role_grant(ada)
+    assert grant is not None
+    users.approve_role_grant(personas.admin("alice"), grant)
+    ada.refresh_from_db()
     assert (ada.is_staff, ada.is_superuser) == (True, False)
-    users.set_roles(admin_user, ada, [roles.ANALYST])
+    assert users.role_names(ada) == [roles.ADMIN]
+    assert users.set_roles(admin_user, ada, [roles.ANALYST]) is None  # removing is immediate
     ada.refresh_from_db()
     assert ada.is_staff is False
-    (event,) = events("auth.user.roles_changed", ada)
-    assert event.data["before"] == {"roles": [roles.ADMIN], "is_staff": True}
-    assert event.data["after"] == {"roles": [roles.ANALYST], "is_staff": False}
+    granted, removed = events("auth.user.roles_changed", ada)
+    assert granted.data["before"] == {"roles": [], "is_staff": False}
+    assert granted.data["after"] == {"roles": [roles.ADMIN], "is_staff": True}
+    assert removed.data["before"] == {"roles": [roles.ADMIN], "is_staff": True}
+    assert removed.data["after"] == {"roles": [roles.ANALYST], "is_staff": False}
 
 
 # Own roles and access ---------------------------------------------------------------------------
@@ -242,16 +250,25 @@ def test_changing_someone_elses_roles_and_profile_is_audited_once(
     )
     assert response.status_code == 302, response.content.decode()[:3000]
     analyst.refresh_from_db()
-    assert users.role_names(analyst) == [roles.OFFICER]
+    # The analyst role goes at once; the officer role waits for a second admin.
+    assert users.role_names(analyst) == []
     assert analyst.email == "ana@example.org"
+    grant = users.pending_role_grant(analyst)
+    assert grant is not None and grant.roles == [roles.OFFICER]
+    users.approve_role_grant(personas.admin("alice"), grant)
+    analyst = User.objects.get(pk=analyst.pk)  # no cached permissions
+    assert users.role_names(analyst) == [roles.OFFICER]
     assert analyst.has_perm("oversight.decide_gate")
     (changed,) = events("auth.user.changed", analyst)
     assert changed.data["before"] == {"email": ""}
     assert changed.data["after"] == {"email": "ana@example.org"}
-    (roles_changed,) = events("auth.user.roles_changed", analyst)
-    assert roles_changed.actor_user == admin_user
-    assert roles_changed.data["before"] == {"roles": [roles.ANALYST], "is_staff": False}
-    assert roles_changed.data["after"] == {"roles": [roles.OFFICER], "is_staff": False}
+    removed, granted = events("auth.user.roles_changed", analyst)
+    assert removed.actor_user == admin_user
+    assert removed.data["before"] == {"roles": [roles.ANALYST], "is_staff": False}
+    assert removed.data["after"] == {"roles": [], "is_staff": False}
+    assert granted.actor_user.username == "alice"
+    assert granted.data["before"] == {"roles": [], "is_staff": False}
+    assert granted.data["after"] == {"roles": [roles.OFFICER], "is_staff": False}
     assert events("auth.user.groups_changed", analyst)[-1].actor_kind == "system"  # persona's
     assert len(events("auth.user.groups_changed", analyst)) == 1  # only make_user's own add
 
@@ -442,15 +459,21 @@ def test_an_admins_own_password_and_another_admins_need_someone_else() -> None:
 
 @pytest.mark.scenario("O10")
 def test_an_admin_the_requester_made_is_no_second_admin(admin_user: User, officer: User) -> None:
+    bob = personas.admin("bob")  # approves the admin role of the requester's accounts
     sock = users.create_user(
         admin_user, username="sock", password=personas.PASSWORD, roles=[roles.ADMIN]
     )
+    sock_grant = users.pending_role_grant(sock)
+    assert sock_grant is not None
+    users.approve_role_grant(bob, sock_grant)
     pending = users.request_password_reset(admin_user, officer, NEW_PASSWORD)
     assert pending is not None
     with pytest.raises(users.UserChangeRefused, match="made this admin"):
         users.approve_password_reset(sock, pending)
     promoted = personas.analyst("pat")
-    users.set_roles(admin_user, promoted, [roles.ADMIN])
+    promotion = users.set_roles(admin_user, promoted, [roles.ADMIN])
+    assert promotion is not None
+    users.approve_role_grant(bob, promotion)
     with pytest.raises(users.UserChangeRefused, match="made this admin"):
         users.approve_password_reset(promoted, pending)
     # An admin whose password the requester chose (a third admin approved it) is theirs too.
