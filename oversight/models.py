@@ -382,7 +382,7 @@ class AccessDenial(models.Model):
     class Kind(models.TextChoices):
         FORBIDDEN = "forbidden"
         NOT_FOUND = "not_found"
-        BAD_TOKEN = "bad_token"
+        BAD_TOKEN = "bad_token"  # noqa: S105 (a kind of denial, not a secret)
 
     PATH_LENGTH = 300
 
