@@ -145,7 +145,7 @@ def plan_dot(
         ' bgcolor="transparent", labeljust=l, style="rounded", color="#cbd5e1",'
         ' fontcolor="#334155"];',
         '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10,'
-        ' margin="0.12,0.06", penwidth=1.4];',
+        ' margin="0.22,0.07", penwidth=1.4];',
         '  edge [color="#64748b", arrowsize=0.7];',
     ]
 
