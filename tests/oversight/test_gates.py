@@ -467,3 +467,33 @@ def test_bulk_approval_takes_only_low_risk_step_gates() -> None:
     with pytest.raises(gates.GateConflict, match="low-risk"):
         gates.bulk_approve(gate_ids=[_gate(case).pk], user=officer)
     assert not GateDecision.objects.exists()
+
+
+@pytest.mark.scenario("O6")
+@pytest.mark.django_db(transaction=True)
+def test_two_schedulers_sweeping_at_once_record_each_step_once() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks need PostgreSQL (CI runs it)")
+    case = _invoice_case()
+    opened = _gate(case).opened_at
+    barrier = threading.Barrier(2)
+    results: list[dict[str, int]] = []
+
+    def sweep(hours: int) -> None:
+        try:
+            barrier.wait()
+            results.append(gates.sweep_gates(opened + timedelta(hours=hours)))
+        finally:
+            connection.close()
+
+    for hours in (13, 25, 50):
+        threads = [threading.Thread(target=sweep, args=(hours,)) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    for action in ("reminded", "escalated", "held"):
+        assert len(_events(case, f"oversight.gate.{action}")) == 2  # the plan and the step gate
+        assert sum(r[action] for r in results) == 2
+    assert not GateDecision.objects.exists()
+    assert set(Gate.objects.filter(case=case).values_list("status", flat=True)) == {"expired"}
