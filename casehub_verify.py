@@ -19,12 +19,14 @@ import base64
 import binascii
 import hashlib
 import json
+import operator
 import os
 import struct
 import sys
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from json.encoder import encode_basestring
 from typing import Any, BinaryIO
 
 GENESIS_HASH = "0" * 64
@@ -40,20 +42,132 @@ EVENT_FIELDS = (
     "chain", "seq", "time", "actor_kind", "actor", "action", "data", "prev_hash", "hash",
 )  # fmt: skip
 CSV_COLUMNS = EVENT_FIELDS
+_record_row = operator.itemgetter(*EVENT_FIELDS)  # a record's values in the order of EVENT_FIELDS
 MANIFEST_MAX_BYTES = 1 << 16
 
 
 # The chain rules ------------------------------------------------------------------------------
 
 
+# One encoder, built as json.dumps builds its own for these arguments: encode() is stateless, so
+# it is json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False) without the
+# cost of building an encoder for every value. For a str, encode() returns
+# encode_basestring(value): _json_string is that, without the detour.
+_CANONICAL_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_canonical = _CANONICAL_ENCODER.encode
+_json_string = encode_basestring
+
+
 def canonical_json(value: Any) -> str:
     """Serialise a JSON value canonically: sorted keys, no spaces, UTF-8 kept."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _canonical(value)
+
+
+def _reused_c_encoder() -> Callable[[Any], str]:
+    """Return canonical_json by CPython's C encoder, built once, or canonical_json itself.
+
+    JSONEncoder.iterencode builds this very encoder for every value it encodes, with a fresh
+    dict to detect circular references in; built once without that dict, it writes every value
+    that is not circular identically (and a circular one, which JSON cannot hold, raises
+    RecursionError instead of ValueError). Where it is missing, built differently or disagrees
+    with canonical_json on a probe, canonical_json is used.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return canonical_json
+    try:
+        encode = make(
+            None, _CANONICAL_ENCODER.default, encode_basestring, None, ":", ",", True, False, True
+        )
+
+        def reused(value: Any) -> str:
+            return "".join(encode(value, 0))
+
+        probe = {
+            "z": [1, -0.0, 2.5, 1e300, 5e-324, float("nan"), float("inf"), 10**30, True, None],
+            "a\u00e9": {'\u2028\x00\x1f"\\': "\ud83d\ude00\ud800", "": [{}, []]},
+            "B": "=1+1",
+        }
+        if reused(probe) != canonical_json(probe) or reused("\x7f\u00fc") != '"\x7f\u00fc"':
+            return canonical_json
+    except Exception:  # any failure of the accelerator: the plain way, always
+        return canonical_json
+    return reused
+
+
+_canonical_value = _reused_c_encoder()
 
 
 def format_time(time: datetime) -> str:
     """Return an event time as it is hashed: ISO 8601 with microseconds and its UTC offset."""
     return time.isoformat(timespec="microseconds")
+
+
+def _event_body(
+    chain: Any,
+    seq: Any,
+    time: Any,
+    actor_kind: Any,
+    actor: Any,
+    action: Any,
+    data: Any,
+    prev_hash: Any,
+) -> dict[str, Any]:
+    return {
+        "chain": chain,
+        "seq": seq,
+        "time": time if isinstance(time, str) else format_time(time),
+        "actor_kind": actor_kind,
+        "actor": actor,
+        "action": action,
+        "data": data,
+        "prev_hash": prev_hash,
+    }
+
+
+# The canonical JSON of an event body written out: its keys in sorted order, each value the
+# canonical JSON of the field. Without indentation the encoder writes a nested value exactly as
+# it writes that value alone, so for fields of the exact types str and int (seq) this is
+# canonical_json(_event_body(...)), character for character; other types take the slow way.
+_EVENT_TEMPLATE = (
+    '{"action":%s,"actor":%s,"actor_kind":%s,"chain":%s,"data":%s,"prev_hash":%s,"seq":%d,'
+    '"time":%s}'
+)
+
+
+def event_text(
+    chain: Any,
+    seq: Any,
+    time: Any,
+    actor_kind: Any,
+    actor: Any,
+    action: Any,
+    data: Any,
+    prev_hash: Any,
+) -> str:
+    """Return the canonical JSON of an event body, the text its hash is taken over."""
+    if not isinstance(time, str):
+        time = format_time(time)
+    if (
+        type(seq) is int
+        and type(chain) is str
+        and type(time) is str
+        and type(actor_kind) is str
+        and type(actor) is str
+        and type(action) is str
+        and type(prev_hash) is str
+    ):
+        return _EVENT_TEMPLATE % (
+            _json_string(action),
+            _json_string(actor),
+            _json_string(actor_kind),
+            _json_string(chain),
+            _canonical_value(data),
+            _json_string(prev_hash),
+            seq,
+            _json_string(time),
+        )
+    return _canonical(_event_body(chain, seq, time, actor_kind, actor, action, data, prev_hash))
 
 
 def event_hash(
@@ -68,17 +182,8 @@ def event_hash(
     prev_hash: str,
 ) -> str:
     """Return the SHA-256 over the canonical JSON of an event and its predecessor's hash."""
-    body = {
-        "chain": chain,
-        "seq": seq,
-        "time": time if isinstance(time, str) else format_time(time),
-        "actor_kind": actor_kind,
-        "actor": actor,
-        "action": action,
-        "data": data,
-        "prev_hash": prev_hash,
-    }
-    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+    text = event_text(chain, seq, time, actor_kind, actor, action, data, prev_hash)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def record_hash(record: Mapping[str, Any]) -> str:
@@ -121,14 +226,17 @@ class ChainVerifier:
 
     def add(self, record: Mapping[str, Any]) -> None:
         """Check one event record (the fields of EVENT_FIELDS) after the ones added before."""
-        seq = record["seq"]
+        self.add_row(_record_row(record))
+
+    def add_row(self, row: Sequence[Any]) -> None:
+        """Check one event given as the values of EVENT_FIELDS, in that order."""
+        chain, seq, time, actor_kind, actor, action, data, prev_hash, digest = row
         self.count += 1
         if self.first_seq is None:
             self.first_seq = seq
-        if record["chain"] != self.chain:
-            other = record["chain"]
+        if chain != self.chain:
             self.problems.append(
-                ChainProblem(seq, f"foreign: belongs to chain {other!r}, not {self.chain!r}")
+                ChainProblem(seq, f"foreign: belongs to chain {chain!r}, not {self.chain!r}")
             )
             return
         if seq > self._expected_seq:
@@ -142,17 +250,60 @@ class ChainVerifier:
             self.problems.append(
                 ChainProblem(seq, f"reordered: comes after seq {self._expected_seq - 1}")
             )
-        if record["prev_hash"] != self.last_hash:
+        if prev_hash != self.last_hash:
             self.problems.append(
                 ChainProblem(seq, "unlinked: prev_hash does not match the previous event's hash")
             )
-        if record_hash(record) != record["hash"]:
+        text = event_text(chain, seq, time, actor_kind, actor, action, data, prev_hash)
+        if hashlib.sha256(text.encode()).hexdigest() != digest:
             self.problems.append(
                 ChainProblem(seq, "changed: the hash does not match the event's content")
             )
         self._expected_seq = max(self._expected_seq, seq + 1)
         self.last_seq = seq
-        self.last_hash = record["hash"]
+        self.last_hash = digest
+
+    def add_rows(self, rows: Iterable[Sequence[Any]]) -> None:
+        """Check events given as the values of EVENT_FIELDS, in order, as add_row would each.
+
+        An event that follows its predecessor as the chain rules want (same chain, next seq,
+        linked by prev_hash) needs only its hash checked, here; any other goes through add_row,
+        which names what is wrong with it.
+        """
+        own_chain = self.chain
+        sha256 = hashlib.sha256
+        text_of = event_text
+        expected, last_seq, last_hash = self._expected_seq, self.last_seq, self.last_hash
+        count = self.count
+        try:
+            for row in rows:
+                chain, seq, time, actor_kind, actor, action, data, prev_hash, digest = row
+                if (
+                    count
+                    and type(seq) is int
+                    and seq == expected
+                    and prev_hash == last_hash
+                    and chain == own_chain
+                    and sha256(
+                        text_of(
+                            chain, seq, time, actor_kind, actor, action, data, prev_hash
+                        ).encode()
+                    ).hexdigest()
+                    == digest
+                ):
+                    count += 1
+                    expected = seq + 1
+                    last_seq = seq
+                    last_hash = digest
+                    continue
+                self._expected_seq, self.last_seq, self.last_hash = expected, last_seq, last_hash
+                self.count = count
+                self.add_row(row)
+                expected, last_seq, last_hash = self._expected_seq, self.last_seq, self.last_hash
+                count = self.count
+        finally:
+            self._expected_seq, self.last_seq, self.last_hash = expected, last_seq, last_hash
+            self.count = count
 
     def check_head(self, head_seq: int, head_hash: str, where: str = "the chain head") -> None:
         """Check that the recorded head (seq and hash of the last event) matches the last event."""
@@ -169,8 +320,7 @@ class ChainVerifier:
 def verify_events(events: Iterable[Mapping[str, Any]], chain: str) -> list[ChainProblem]:
     """Check that event records form one chain from the genesis hash; return every break."""
     verifier = ChainVerifier(chain)
-    for record in events:
-        verifier.add(record)
+    verifier.add_rows(map(_record_row, events))
     return verifier.problems
 
 

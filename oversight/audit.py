@@ -16,7 +16,9 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 import casehub_verify
@@ -137,6 +139,33 @@ def append_event(
     return event
 
 
+# The stored columns of the fields of casehub_verify.EVENT_FIELDS, in that order.
+EVENT_COLUMNS = (
+    "chain", "seq", "time", "actor_kind", "actor_label", "action", "data", "prev_hash", "hash",
+)  # fmt: skip
+VERIFY_CHUNK = 5000  # rows fetched at a time from the server-side cursor
+_DATA_FIELD = AuditEvent._meta.get_field("data")
+_raw_decode = json.JSONDecoder().raw_decode  # json.loads's own decoder, without its wrapping
+
+
+def _stored_data(text: str | None) -> Any:
+    """Return `data` from its stored JSON text exactly as the model field returns it.
+
+    The field decodes with json.loads, which for a text without surrounding whitespace is its
+    decoder's raw_decode when that consumes the whole text; anything else (whitespace, a BOM,
+    text that is not JSON, NULL) is left to the field itself.
+    """
+    if _DATA_FIELD.decoder is None and text:
+        try:
+            value, end = _raw_decode(text)
+        except ValueError:
+            pass
+        else:
+            if end == len(text):
+                return value
+    return _DATA_FIELD.from_db_value(text, _DATA_FIELD.cached_col, connection)
+
+
 def event_record(event: AuditEvent) -> dict[str, Any]:
     """Return an event as the chain rules see it: every field its hash covers, and the hash."""
     return {
@@ -158,10 +187,27 @@ def verify_events(events: Iterable[AuditEvent], chain: str) -> list[ChainProblem
 
 
 def check_chain(chain: str) -> ChainVerifier:
-    """Check one stored chain event by event and against its head; return what was found."""
+    """Check one stored chain event by event and against its head; return what was found.
+
+    The events are read as rows of values, not model instances: the same values (the same
+    column conversions, the JSON of `data` decoded as the model field decodes it), streamed
+    through a server-side cursor where the database has one.
+    """
     verifier = ChainVerifier(chain)
-    for event in AuditEvent.objects.filter(chain=chain).order_by("seq").iterator(chunk_size=2000):
-        verifier.add(event_record(event))
+    columns = [*EVENT_COLUMNS]
+    columns[EVENT_COLUMNS.index("data")] = "data_text"
+    stored = (
+        AuditEvent.objects.filter(chain=chain)
+        .order_by("seq")
+        .annotate(data_text=Cast("data", output_field=TextField()))
+        .values_list(*columns)
+        .iterator(chunk_size=VERIFY_CHUNK)
+    )
+    rows = (
+        (chain_, seq, time, kind, actor, action, _stored_data(data), prev_hash, digest)
+        for chain_, seq, time, kind, actor, action, data, prev_hash, digest in stored
+    )
+    verifier.add_rows(rows)
     head = AuditChainHead.objects.filter(chain=chain).first()
     if head is not None:
         verifier.check_head(head.seq, head.head_hash)
