@@ -9,7 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.test import override_settings
+from django.test import Client, override_settings
+from django.urls import reverse
+from django.utils.html import escape
 
 from oversight.actions.gates import open_gates
 from oversight.actions.policies import approve_policy, propose_policy
@@ -126,6 +128,12 @@ def test_an_injected_case_text_neither_skips_gates_nor_adds_a_tool(
     assert step_gate.reason == "LLM-planned at depth 2"
     assert {r["classifier"] for r in step_gate.reasons} <= SERVER_CLASSIFIERS
     assert step_gate.policy_version == PolicyVersion.objects.get(status="active")
+    # The reviewer sees what planning dropped, on the plan gate's page.
+    reviewer = Client()
+    reviewer.force_login(personas.officer())
+    page = reviewer.get(reverse("oversight:gate-detail", args=[plan_gate.pk])).content.decode()
+    assert "The planner flagged this plan" in page
+    assert all(escape(warning) in page for warning in version.warnings)
 
 
 # Plans changed by hand, gated by the active policy -------------------------------------------
