@@ -81,8 +81,27 @@ class Actor:
 
 
 def _json_safe(data: Mapping[str, Any] | None) -> dict[str, Any]:
-    # Round-trip once so the stored data is exactly what was hashed (dates, decimals as text).
-    return json.loads(json.dumps(dict(data or {}), cls=DjangoJSONEncoder))
+    """Return the data as it will come back from the database, so what is hashed is what is read.
+
+    A JSON round trip turns dates and decimals into text. Then floats with an integral value
+    become ints: PostgreSQL's jsonb stores numbers as numerics and gives `1e16` back as
+    `10000000000000000` and `-0.0` as `0`, which would hash differently. Non-finite floats
+    are refused (JSON has no NaN or Infinity). Raises ValueError for them.
+    """
+    loaded = json.loads(json.dumps(dict(data or {}), cls=DjangoJSONEncoder, allow_nan=False))
+    normalised = _integral_floats_as_ints(loaded)
+    assert isinstance(normalised, dict)
+    return normalised
+
+
+def _integral_floats_as_ints(value: Any) -> Any:
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    if isinstance(value, dict):
+        return {key: _integral_floats_as_ints(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_integral_floats_as_ints(item) for item in value]
+    return value
 
 
 @transaction.atomic

@@ -125,3 +125,19 @@ def test_concurrent_appends_from_many_threads_form_one_unbroken_chain() -> None:
     assert seqs == list(range(1, threads_n * per_thread + 1))
     assert verify_chain(case_chain(42)) == []
     assert AuditChainHead.objects.get(chain=case_chain(42)).seq == threads_n * per_thread
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("number", [1e16, 1e300, -0.0, 2.0**53, 0.1, 1.5e-7, -3.25, 12345.678])
+def test_floats_in_event_data_verify_after_the_database_round_trip(number: float) -> None:
+    # jsonb gives 1e16 back as 10000000000000000 and -0.0 as 0: the hash must be of that.
+    append_event("tests.number.stored", chain="case:9", data={"n": number, "nested": [number]})
+    assert verify_chain("case:9") == []
+
+
+@pytest.mark.django_db
+def test_nan_and_infinity_are_refused_in_event_data() -> None:
+    for number in (float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            append_event("tests.number.stored", chain="case:9", data={"n": number})
+    assert not AuditEvent.objects.filter(chain="case:9").exists()
