@@ -3,7 +3,9 @@
 One case chain gets ``CASEHUB_BENCH_AUDIT_EVENTS`` (100,000) events through the real
 ``append_event``, each in its own transaction as the app writes them, one after another: the row
 lock on the chain's head serialises the appends of a chain, so this is the rate of one chain
-(target ≥ 2,000 appends/s). ``verify_chain`` then checks the stored chain (median of three runs,
+(target ≥ 2,000 appends/s), reported beside the rate of the cheapest write transaction on the
+same database (one row updated, committed), which no append can beat. ``verify_chain`` then
+checks the stored chain (median of three runs,
 target ≤ 1 s), ``export_case_bundle`` exports it (peak RSS growth of the process during the export,
 target ≤ 50 MB: streamed, flat memory) and ``casehub_verify.py`` verifies the bundle offline with
 the signing key's public half, as an auditor would (its wall-clock and own peak RSS are reported).
@@ -200,6 +202,7 @@ def _append_phase() -> dict[str, float]:
             )
             lap = now
     wall = time.perf_counter() - started
+    floor = _commit_floor()
 
     walls: list[float] = []
     problems = 0
@@ -212,10 +215,31 @@ def _append_phase() -> dict[str, float]:
         "audit.append.events": float(EVENTS),
         "audit.append.wall_s": round(wall, 3),
         "audit.append.per_s": round(EVENTS / wall, 1),
+        # The peer in the same run: transactions that update one row and commit, nothing else.
+        # No append, which is one such transaction, can beat it.
+        "audit.commit_floor.per_s": round(floor, 1),
+        "audit.append.of_commit_floor": round(EVENTS / wall / floor, 3),
         "audit.verify.s": round(statistics.median(walls), 4),
         "audit.verify.s_best": round(min(walls), 4),
         "audit.verify.problems": float(problems),
     }
+
+
+def _commit_floor(rounds: int = 2000) -> float:
+    """Return how many one-row UPDATE + COMMIT transactions per second this database takes."""
+    from django.db import connection, transaction
+
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE bench_commit_probe (id int PRIMARY KEY, n int NOT NULL)")
+        cursor.execute("INSERT INTO bench_commit_probe VALUES (1, 0)")
+    started = time.perf_counter()
+    for _ in range(rounds):
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("UPDATE bench_commit_probe SET n = n + 1 WHERE id = 1")
+    elapsed = time.perf_counter() - started
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE bench_commit_probe")
+    return rounds / elapsed
 
 
 def _export_phase(var_dir: Path) -> dict[str, float]:
