@@ -288,3 +288,8 @@ CELERY_BEAT_SCHEDULE["access-denials"] = {
     "task": "oversight.flush_access_denials",
     "schedule": 60.0,
 }
+# Pending password resets and role grants past CASEHUB_PASSWORD_RESET_LIFETIME_HOURS expire.
+CELERY_BEAT_SCHEDULE["admin-requests"] = {
+    "task": "oversight.expire_admin_requests",
+    "schedule": 600.0,
+}

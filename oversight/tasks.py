@@ -8,7 +8,7 @@ from celery import shared_task
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from oversight.actions import gates
+from oversight.actions import gates, users
 from oversight.anchors import write_checkpoints
 from oversight.denials import flush_denials
 
@@ -37,3 +37,9 @@ def sweep_gates() -> dict[str, int]:
 def flush_access_denials() -> dict[str, int]:
     """Summarise the access denials of every finished minute in the system audit chain."""
     return flush_denials()
+
+
+@shared_task(name="oversight.expire_admin_requests")
+def expire_admin_requests() -> dict[str, int]:
+    """Expire pending password resets and role grants that were not approved in time."""
+    return users.expire_old_requests()

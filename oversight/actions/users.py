@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -774,3 +774,36 @@ def _unlock_signing(admin: User, user: User) -> SigningState:
         data={**_subject(user), "before": before, "after": {"failures": 0, "locked_at": None}},
     )
     return state
+
+
+def expire_old_requests(now: datetime | None = None) -> dict[str, int]:
+    """Mark pending password resets and role grants past their lifetime `expired` (audited).
+
+    Run by Celery beat, so the lists never show a request as pending that can no longer be
+    approved. Rows are claimed with SKIP LOCKED and re-checked, so two schedulers expire each
+    request once. Returns how many of each kind expired.
+    """
+    now = now or timezone.now()
+    expired = {"password_resets": 0, "role_grants": 0}
+    with transaction.atomic():
+        for reset in (
+            PasswordResetRequest.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("target", "requested_by")
+            .filter(status=PasswordResetRequest.Status.PENDING)
+            .filter(created_at__lt=now - PASSWORD_RESET_LIFETIME)[:500]
+        ):
+            _close(
+                reset, PasswordResetRequest.Status.EXPIRED, None, now, why="not approved in time"
+            )
+            expired["password_resets"] += 1
+        for grant in (
+            RoleGrantRequest.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("target", "requested_by")
+            .filter(status=RoleGrantRequest.Status.PENDING)
+            .filter(created_at__lt=now - ROLE_GRANT_LIFETIME)[:500]
+        ):
+            _close_grant(
+                grant, RoleGrantRequest.Status.EXPIRED, None, now, why="not approved in time"
+            )
+            expired["role_grants"] += 1
+    return expired
