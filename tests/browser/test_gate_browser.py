@@ -10,27 +10,17 @@ from typing import Any
 import pytest
 
 from oversight.models import Gate, GateDecision, GateKind
-from planning.actions import materialise_plan, submit_case
 from planning.catalogue import sync_packs
 from planning.models import Case, CaseStatus
 from tests import personas
 from tests.browser.test_case_flow import _log_in, _watch_console
+from tests.cases import planned_invoice_case
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def _invoice_case(analyst: Any) -> Case:
-    case = submit_case(
-        submitter=analyst,
-        title="Verify INV-1042",
-        goal="Verify invoice INV-1042 before it is paid",
-        domain="invoice",
-        strategy="static",
-        inputs={"invoice_id": "INV-1042"},
-    )
-    materialise_plan(case.pk)
-    case.refresh_from_db()
-    return case
+    return planned_invoice_case(analyst, goal="Verify invoice INV-1042 before it is paid")
 
 
 def test_officer_reviews_and_approves_a_plan_gate_from_the_inbox(page: Any, tmp_path: Path) -> None:

@@ -48,10 +48,10 @@ from oversight.models import (
     WorkerHeartbeat,
 )
 from planning import actions
-from planning.actions import materialise_plan, submit_case
 from planning.catalogue import sync_packs
 from planning.models import Agent, Case, DomainPack, PlanNode, Tool
 from tests import personas
+from tests.cases import planned_invoice_case
 from tests.planning.factories import make_case, make_plan
 
 pytestmark = [pytest.mark.django_db, pytest.mark.scenario("A8")]
@@ -251,17 +251,7 @@ class Audited:
 
 def _invoice_case(analyst: User | None = None) -> Case:
     """The static INV-1042 invoice case: a plan gate and a signed step gate for the hold."""
-    case = submit_case(
-        submitter=analyst or _user(personas.analyst, "submitter"),
-        title="Verify INV-1042",
-        goal="Verify invoice INV-1042",
-        domain="invoice",
-        strategy="static",
-        inputs={"invoice_id": "INV-1042"},
-    )
-    materialise_plan(case.pk)
-    case.refresh_from_db()
-    return case
+    return planned_invoice_case(analyst or _user(personas.analyst, "submitter"))
 
 
 def _plan_gate(case: Case) -> Gate:

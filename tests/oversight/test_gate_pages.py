@@ -25,9 +25,9 @@ from oversight.models import (
     Notification,
     SigningState,
 )
-from planning.actions import materialise_plan, submit_case
 from planning.models import Case, CaseStatus, PlanNode, PlanVersion
 from tests import personas
+from tests.cases import planned_invoice_case
 from tests.planning.factories import make_case, make_plan
 
 pytestmark = pytest.mark.django_db
@@ -41,17 +41,7 @@ def client_for(user: Any) -> Client:
 
 def invoice_case(analyst: Any) -> Case:
     """Submit and plan the static INV-1042 invoice case: a plan gate and a payment hold gate."""
-    case = submit_case(
-        submitter=analyst,
-        title="Verify INV-1042",
-        goal="Verify invoice INV-1042",
-        domain="invoice",
-        strategy="static",
-        inputs={"invoice_id": "INV-1042"},
-    )
-    materialise_plan(case.pk)
-    case.refresh_from_db()
-    return case
+    return planned_invoice_case(analyst)
 
 
 def plan_gate(case: Case) -> Gate:

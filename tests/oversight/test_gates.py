@@ -20,9 +20,9 @@ from oversight.actions.gates import DecisionInput
 from oversight.audit import case_chain, verify_chain
 from oversight.models import AuditEvent, Gate, GateDecision, GateKind, GateStatus, Notification
 from planning import actions
-from planning.actions import materialise_plan, submit_case
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
 from tests import personas
+from tests.cases import planned_invoice_case
 
 pytestmark = pytest.mark.django_db
 
@@ -30,17 +30,7 @@ APPROVE = DecisionInput(decision="approve")
 
 
 def _invoice_case(submitter: Any | None = None) -> Case:
-    case = submit_case(
-        submitter=submitter or personas.analyst(),
-        title="Verify INV-1042",
-        goal="Verify invoice INV-1042",
-        domain="invoice",
-        strategy="static",
-        inputs={"invoice_id": "INV-1042"},
-    )
-    materialise_plan(case.pk)
-    case.refresh_from_db()
-    return case
+    return planned_invoice_case(submitter or personas.analyst())
 
 
 def _gate(case: Case, kind: str = GateKind.PLAN, key: str | None = None) -> Gate:

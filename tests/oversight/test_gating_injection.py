@@ -22,6 +22,7 @@ from planning.core.tree import Compound, Leaf, Node
 from planning.models import Case, CaseStatus, PlanNode, PlanVersion
 from planning.versions import load_plan, store_version
 from tests import personas
+from tests.cases import planned_invoice_case
 from tests.fakes.openai_server import FakeOpenAIServer, RecordedRequest
 
 pytestmark = pytest.mark.django_db
@@ -140,17 +141,7 @@ def test_an_injected_case_text_neither_skips_gates_nor_adds_a_tool(
 
 
 def _invoice_case() -> Case:
-    case = submit_case(
-        submitter=personas.analyst(),
-        title="Verify INV-1042",
-        goal="Verify invoice INV-1042",
-        domain="invoice",
-        strategy="static",
-        inputs={"invoice_id": "INV-1042"},
-    )
-    materialise_plan(case.pk)
-    case.refresh_from_db()
-    return case
+    return planned_invoice_case(personas.analyst())
 
 
 def _replace_leaf(plan: DagPlan, key: str, change: Callable[[Leaf], Leaf]) -> DagPlan:

@@ -12,23 +12,15 @@ from oversight.actions import gates, users
 from oversight.actions.gates import DecisionInput
 from oversight.models import AuditEvent, Gate, GateDecision, GateKind
 from planning import actions
-from planning.actions import materialise_plan, submit_case
 from planning.models import ApiToken
 from tests import personas
+from tests.cases import planned_invoice_case
 
 pytestmark = pytest.mark.django_db
 
 
 def _plan_gate() -> Gate:
-    case = submit_case(
-        submitter=personas.analyst(),
-        title="Verify INV-1042",
-        goal="Verify invoice INV-1042",
-        domain="invoice",
-        strategy="static",
-        inputs={"invoice_id": "INV-1042"},
-    )
-    materialise_plan(case.pk)
+    case = planned_invoice_case(personas.analyst())
     return Gate.objects.get(case=case, kind=GateKind.PLAN)
 
 

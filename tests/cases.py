@@ -1,0 +1,24 @@
+"""Cases planned through the real actions, for tests of what follows planning (gates, edits)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planning.actions import materialise_plan, submit_case
+from planning.models import Case
+
+
+def planned_invoice_case(submitter: Any, *, goal: str = "Verify invoice INV-1042") -> Case:
+    """Submit and plan the static INV-1042 invoice case: a plan gate and a signed step gate for
+    the payment hold open with its version."""
+    case = submit_case(
+        submitter=submitter,
+        title="Verify INV-1042",
+        goal=goal,
+        domain="invoice",
+        strategy="static",
+        inputs={"invoice_id": "INV-1042"},
+    )
+    materialise_plan(case.pk)
+    case.refresh_from_db()
+    return case
