@@ -25,8 +25,14 @@ from planning.planner import DEFAULT_BRANCHING, expected_llm_calls, llm_settings
 from planning.queries import case_for, plan_nodes, visible_cases
 
 CASES_PER_PAGE = 25
-# Where a case can be today: plans stop at awaiting approval (review and execution are coming).
-STATUSES_TODAY = (CaseStatus.PLANNING, CaseStatus.PLAN_FAILED, CaseStatus.AWAITING_APPROVAL)
+# Where a case can be today: reviewed plans end approved or rejected (execution is coming).
+STATUSES_TODAY = (
+    CaseStatus.PLANNING,
+    CaseStatus.PLAN_FAILED,
+    CaseStatus.AWAITING_APPROVAL,
+    CaseStatus.APPROVED,
+    CaseStatus.REJECTED,
+)
 POLL_INTERVAL = "every 2s"
 # Form values a GET may carry into the form (the htmx refresh sends only the planning options
 # and the pack inputs; a shared link may carry the rest). Never the CSRF token.

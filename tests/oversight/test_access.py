@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from oversight import roles
 from oversight.audit import append_event
 from tests import personas
 
@@ -115,17 +116,18 @@ def test_pages_carry_a_strict_content_security_policy() -> None:
 # announced as coming, never as a feature.
 NOT_BUILT_YET = [
     "approve it, then agents execute",
-    "separation of duties:",
-    "you review plans and gated steps",
-    "export signed bundles.",
-    "gating policy",
-    "admins cannot approve gates",
     "complete the human tasks assigned",
+    "trust learned",
+    "stop switch",
 ]
 
 
+def _supervisor() -> object:
+    return personas.make_user("sue", roles.SUPERVISOR)
+
+
 @pytest.mark.parametrize(
-    "make", [personas.analyst, personas.officer, personas.auditor, personas.admin]
+    "make", [personas.analyst, personas.officer, _supervisor, personas.auditor, personas.admin]
 )
 def test_landing_pages_claim_nothing_that_does_not_exist_yet(make: object) -> None:
     page = _client_for(make()).get("/").content.decode().lower()  # type: ignore[operator]
@@ -133,7 +135,9 @@ def test_landing_pages_claim_nothing_that_does_not_exist_yet(make: object) -> No
         assert claim not in page, claim
 
 
-@pytest.mark.parametrize("make", [personas.analyst, personas.officer, personas.auditor])
+@pytest.mark.parametrize(
+    "make", [personas.analyst, personas.officer, _supervisor, personas.auditor]
+)
 def test_landing_pages_say_what_is_coming(make: object) -> None:
     page = _client_for(make()).get("/").content.decode()  # type: ignore[operator]
     note = page.split('data-note="coming"', 1)[1].split("</p>", 1)[0]
@@ -142,5 +146,12 @@ def test_landing_pages_say_what_is_coming(make: object) -> None:
 
 def test_admin_landing_names_only_what_the_admin_configures() -> None:
     page = _client_for(personas.admin()).get("/").content.decode()
-    assert "agents, tool risk classes and domain packs" in page
-    assert "policy" not in page
+    assert "agents, tool risk classes, domain packs, the gating policy and reason codes" in page
+    assert "decide no gate" in page
+
+
+def test_a_supervisor_lands_on_the_reviewers_page_not_on_no_role() -> None:
+    page = _client_for(_supervisor()).get("/").content.decode()
+    assert 'data-landing="compliance supervisor"' in page
+    assert "Gates escalated past their deadline come to you too." in page
+    assert "No role yet" not in page

@@ -882,12 +882,12 @@ def test_analyst_cannot_widen_the_list_with_filters(analyst: Any, other_case: Ca
     assert 'name="mine"' not in body
 
 
-def test_case_list_says_plans_stop_at_awaiting_approval_for_now(analyst: Any) -> None:
+def test_case_list_offers_the_statuses_a_case_can_reach_today(analyst: Any) -> None:
     form = read_form(client_for(analyst).get(reverse("planning:case-list")).content.decode())
     offered = {o["value"]: o for o in form.options["status"]}
-    for today in ("planning", "plan_failed", "awaiting_approval"):
+    for today in ("planning", "plan_failed", "awaiting_approval", "approved", "rejected"):
         assert not offered[today]["disabled"]
-    for later in ("approved", "executing", "completed", "failed", "cancelled", "rejected"):
+    for later in ("executing", "completed", "failed", "cancelled"):
         assert offered[later]["disabled"] and "(coming)" in offered[later]["label"]
 
 
