@@ -131,6 +131,12 @@ class Case(models.Model):
     current_version = models.ForeignKey(
         "PlanVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
+    verification = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Goal-level verification once every leaf ended: passed, reasons.",
+    )
+    finished_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -242,11 +248,43 @@ class PlanNode(models.Model):
         max_length=64, blank=True, help_text="SHA-256 of what a leaf does; approvals bind to it."
     )
     status = models.CharField(max_length=20, choices=NodeStatus.choices, default=NodeStatus.PENDING)
+    # Execution state (written by oversight's execution actions once the plan is approved).
+    attempts = models.PositiveIntegerField(
+        default=0, help_text="Claims so far; the current one is the fencing token of its worker."
+    )
+    lease_until = models.DateTimeField(
+        null=True, blank=True, help_text="Until when the running attempt holds the leaf."
+    )
+    enqueued_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the leaf was last sent to the workers."
+    )
+    next_attempt_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a retrying leaf becomes ready again."
+    )
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    output = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    error_class = models.CharField(max_length=20, blank=True)
+    finished_after_cancel = models.BooleanField(
+        default=False, help_text="Its effect happened although the case was cancelled meanwhile."
+    )
+    routing = models.JSONField(
+        default=dict, blank=True, help_text="Why this agent runs the leaf (trust and load)."
+    )
 
     class Meta:
         ordering = ["version", "position"]
         constraints = [
             models.UniqueConstraint(fields=["version", "key"], name="plan_node_key_unique"),
+        ]
+        indexes = [
+            # The reconciler's scan: only the few leaves in flight, however many plans exist.
+            models.Index(
+                fields=["status"],
+                condition=Q(status__in=["ready", "running", "retrying"]),
+                name="plan_node_in_flight",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -354,6 +392,9 @@ class ErpPaymentHold(models.Model):
     hold_id = models.CharField(max_length=20, unique=True)
     invoice_id = models.CharField(max_length=20)
     reason = models.TextField()
+    idempotency_key = models.CharField(
+        max_length=200, unique=True, null=True, blank=True, help_text="One hold per key."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
