@@ -16,7 +16,7 @@ permission; checked to answer 403). A new mutating route in none of them fails
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, cast
@@ -28,9 +28,8 @@ from django.contrib.auth.models import AbstractUser, Group, User
 from django.db.models import Model
 from django.http import HttpResponse
 from django.test import Client, RequestFactory
-from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.urls import reverse
 from django.utils import timezone
-from ninja.operation import PathView
 
 from oversight import roles
 from oversight.actions import users
@@ -53,10 +52,10 @@ from planning.models import Agent, Case, DomainPack, PlanNode, Tool
 from tests import personas
 from tests.cases import planned_invoice_case
 from tests.planning.factories import make_case, make_plan
+from tests.routes import MUTATING, all_routes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.scenario("A8")]
 
-MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 NEW_PASSWORD = "a-brand-new-passphrase-42"
 PERSONAS: dict[str, Callable[..., AbstractUser]] = {
     "analyst": personas.analyst,
@@ -69,80 +68,6 @@ PERSONAS: dict[str, Callable[..., AbstractUser]] = {
 def _user(make: Callable[..., AbstractUser], *args: str) -> User:
     """A persona as the User the use cases take (tests.personas says AbstractUser)."""
     return cast(User, make(*args))
-
-
-# Walking the URLconf -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """One URL pattern: its table key, its full route and the methods it accepts."""
-
-    key: str
-    route: str
-    methods: frozenset[str] | None  # None: cannot be told, so possibly mutating
-
-
-def _closure(function: Any) -> dict[str, Any]:
-    code = getattr(function, "__code__", None)
-    cells = getattr(function, "__closure__", None) or ()
-    if code is None:
-        return {}
-    return {name: cell.cell_contents for name, cell in zip(code.co_freevars, cells, strict=True)}
-
-
-def _unwrapped(callback: Any) -> Iterator[Any]:
-    function = callback
-    while function is not None:
-        yield function
-        function = getattr(function, "__wrapped__", None)
-
-
-def _path_view(callback: Any) -> PathView | None:
-    for function in _unwrapped(callback):
-        view = _closure(function).get("self")
-        if isinstance(view, PathView):
-            return view
-    return None
-
-
-def _view_methods(callback: Any) -> frozenset[str] | None:
-    view_class = getattr(callback, "view_class", None)
-    if view_class is not None:
-        names = view_class.http_method_names
-        return frozenset(name.upper() for name in names if hasattr(view_class, name))
-    for function in _unwrapped(callback):
-        declared = _closure(function).get("request_method_list")
-        if declared is not None:
-            return frozenset(declared)
-    return None
-
-
-def _patterns(
-    patterns: list[URLPattern | URLResolver], prefix: str = "", namespace: str = ""
-) -> Iterator[tuple[str, str | None, Any]]:
-    for pattern in patterns:
-        if isinstance(pattern, URLResolver):
-            inner = namespace
-            if pattern.namespace:
-                inner = f"{namespace}{pattern.namespace}:"
-            yield from _patterns(pattern.url_patterns, prefix + str(pattern.pattern), inner)
-        else:
-            name = f"{namespace}{pattern.name}" if pattern.name else None
-            yield prefix + str(pattern.pattern), name, pattern.callback
-
-
-def all_routes() -> list[Route]:
-    """Every route of the URLconf; an API route once per method (key "POST /api/...")."""
-    found: list[Route] = []
-    for route, name, callback in _patterns(get_resolver().url_patterns):
-        view = _path_view(callback)
-        if view is not None:
-            methods = {method for operation in view.operations for method in operation.methods}
-            found.extend(Route(f"{m} /{route}", route, frozenset({m})) for m in sorted(methods))
-        else:
-            found.append(Route(name or route, route, _view_methods(callback)))
-    return list({route.key: route for route in found}.values())  # a path per operation
 
 
 def _as(user: User) -> Any:
