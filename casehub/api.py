@@ -19,6 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import authenticate
 from django.contrib.auth.models import User
+from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import (
     BadRequest,
     PermissionDenied,
@@ -200,6 +201,24 @@ def _shared_refusals(operation: Mapping[str, Any]) -> Iterator[tuple[int, type[S
     yield 500, ServerError, "Unexpected server error; `error_id` identifies it in the log."
 
 
+def _signed_in_docs(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    # The docs and the OpenAPI document map every endpoint: only for a signed-in user (a session
+    # or a valid bearer token). The docs page sends others to the login page, the document 401s.
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            header = request.headers.get("Authorization", "")
+            scheme, _, token = header.partition(" ")
+            user = actions.user_for_token(token.strip()) if scheme.lower() == "bearer" else None
+            if user is None or not user.is_active:
+                if request.path.endswith("/docs"):
+                    return redirect_to_login(request.get_full_path())
+                return _on_unauthenticated(request, AuthenticationError())
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
 class CaseHubApi(NinjaAPI):
     """NinjaAPI exempt from the login redirect, answering 405 in JSON, documenting refusals."""
 
@@ -246,6 +265,7 @@ api = CaseHubApi(
     urls_namespace="api",
     auth=BearerToken(),
     parser=StrictJsonParser(),
+    docs_decorator=_signed_in_docs,
 )
 
 
@@ -280,6 +300,13 @@ def _on_input_rejected(request: HttpRequest, exc: InputRejected) -> HttpResponse
 @api.exception_handler(actions.CaseInvalid)
 def _on_case_invalid(request: HttpRequest, exc: actions.CaseInvalid) -> HttpResponse:
     return _error(exc.message, 422, fields=exc.errors)
+
+
+@api.exception_handler(actions.SubmissionRateLimited)
+def _on_rate_limited(request: HttpRequest, exc: actions.SubmissionRateLimited) -> HttpResponse:
+    response = _error(exc.message, 429)
+    response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 @api.exception_handler(gates.ReasonInvalid)

@@ -55,6 +55,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Below WhiteNoise: static files keep their caching; every other answer is never stored.
+    "casehub.middleware.NoStoreMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -138,10 +140,12 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_MIMETYPES = {".wasm": "application/wasm", ".mjs": "text/javascript"}
 
-# Security headers. The CSP allows nothing inline: scripts and styles come from static files.
+# Headers and limits ---------------------------------------------------------------------------
+# The CSP allows no inline script but one carrying the request's nonce (templates put
+# nonce="{{ csp_nonce }}" on every <script>), no inline style, no plugins, no <base>, no framing.
 SECURE_CSP = {
     "default-src": [CSP.SELF],
-    "script-src": [CSP.SELF, CSP.WASM_UNSAFE_EVAL],
+    "script-src": [CSP.SELF, CSP.NONCE, CSP.WASM_UNSAFE_EVAL],
     "style-src": [CSP.SELF],
     "img-src": [CSP.SELF, "data:"],
     "connect-src": [CSP.SELF],
@@ -156,6 +160,10 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+# Cases one user may submit a minute (web form and API together), and of those how many may plan
+# with the LLM (strategies llm and hybrid: each costs model calls). Over it: 429 with Retry-After.
+CASEHUB_SUBMIT_RATE_PER_MINUTE = env_int("CASEHUB_SUBMIT_RATE_PER_MINUTE", 30, minimum=1)
+CASEHUB_SUBMIT_LLM_RATE_PER_MINUTE = env_int("CASEHUB_SUBMIT_LLM_RATE_PER_MINUTE", 10, minimum=1)
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", not DEBUG and not DEMO)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE

@@ -21,3 +21,6 @@ urlpatterns = [
 # Error pages in the site's layout (a notice in the page's error region for htmx requests).
 handler403 = "oversight.views.permission_denied"
 handler404 = "oversight.views.page_not_found"
+# A malformed or oversized request, and an unexpected error: generic, with an error id to quote.
+handler400 = "oversight.views.bad_request"
+handler500 = "oversight.views.server_error"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from typing import Any
 import pydantic
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -34,6 +36,7 @@ from planning.core.llm.client import LlmCallRecord
 from planning.core.serialize import canonical_json
 from planning.core.validation import PlanLimits, validate_plan
 from planning.models import (
+    LLM_STRATEGIES,
     PACK_STRATEGIES,
     ApiToken,
     Case,
@@ -172,6 +175,64 @@ def submit_case(
     )
     dispatch.enqueue_planning(case.pk)
     return case
+
+
+# Submission rate -----------------------------------------------------------------------------
+
+RATE_WINDOW = timedelta(minutes=1)
+RATE_LIMITED = "planning.case.rate_limited"
+
+
+@dataclass
+class SubmissionRateLimited(Exception):
+    """The user has submitted as many cases as the rate allows; one more fits in `retry_after` s."""
+
+    message: str
+    retry_after: int
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def check_submission_rate(user: User, strategy: str) -> None:
+    """Refuse a submission over the user's rate: so many cases a minute, fewer with the LLM.
+
+    Raises SubmissionRateLimited; the first refusal of a user's minute is audited, later ones
+    in the same minute are only answered.
+    """
+    now = timezone.now()
+    recent = Case.objects.filter(submitter=user, created_at__gt=now - RATE_WINDOW)
+    limits = [(recent, settings.CASEHUB_SUBMIT_RATE_PER_MINUTE, "cases")]
+    if strategy in LLM_STRATEGIES:
+        llm = recent.filter(strategy__in=LLM_STRATEGIES)
+        limits.append(
+            (llm, settings.CASEHUB_SUBMIT_LLM_RATE_PER_MINUTE, "cases planned by the LLM")
+        )
+    for cases, limit, what in limits:
+        times = list(cases.order_by("-created_at").values_list("created_at", flat=True)[:limit])
+        if len(times) < limit:
+            continue
+        # One more fits once the oldest of the last `limit` submissions leaves the window.
+        retry_after = max(1, math.ceil((times[-1] + RATE_WINDOW - now).total_seconds()))
+        message = (
+            f"You may submit at most {limit} {what} a minute. "
+            f"Try again in {retry_after} second{'s' if retry_after != 1 else ''}."
+        )
+        _audit_rate_refusal(user, strategy, limit, retry_after)
+        raise SubmissionRateLimited(message, retry_after)
+
+
+@transaction.atomic
+def _audit_rate_refusal(user: User, strategy: str, limit: int, retry_after: int) -> None:
+    # One event per user and clock minute in each server process (cache.add is the process's
+    # or the shared cache's atomic "first"), so a script hammering the form cannot flood the trail.
+    minute = timezone.now().strftime("%Y%m%d%H%M")
+    if cache.add(f"casehub:rate-limited:{user.pk}:{minute}", True, timeout=120):
+        append_event(
+            RATE_LIMITED,
+            actor=user,
+            data={"strategy": strategy, "limit": limit, "retry_after_s": retry_after},
+        )
 
 
 # Materialising a plan ------------------------------------------------------------------------

@@ -166,16 +166,19 @@ def list_agents(request: HttpRequest) -> Any:
 
 @router.post(
     "/cases",
-    response={201: CaseOut, 403: Message},
+    response={201: CaseOut, 403: Message, 429: Message},
     tags=["cases"],
     summary="Submit a case; it is planned in the background",
 )
 def create_case(request: HttpRequest, payload: CaseIn) -> Any:
     """Submit a case and enqueue its planning.
 
-    403 unless you are an analyst; 422 naming every invalid field, and nothing is written.
+    403 unless you are an analyst; 422 naming every invalid field, and nothing is written; 429
+    with Retry-After over the submission rate (CASEHUB_SUBMIT_RATE_PER_MINUTE and, for `llm` and
+    `hybrid`, CASEHUB_SUBMIT_LLM_RATE_PER_MINUTE).
     """
     user = request_user(request)
+    actions.check_submission_rate(user, payload.strategy.value)
     case = actions.submit_case(
         submitter=user,
         title=payload.title,

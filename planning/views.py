@@ -16,7 +16,12 @@ from pydantic import BaseModel
 
 from casehub.http import HtmxHttpRequest, partial_name, render_partial
 from planning import rules
-from planning.actions import CaseInvalid, submit_case
+from planning.actions import (
+    CaseInvalid,
+    SubmissionRateLimited,
+    check_submission_rate,
+    submit_case,
+)
 from planning.dot import STATUS_COLOURS, plan_dot
 from planning.forms import INPUT_PREFIX, INPUTS_OF, CaseForm, input_field_name
 from planning.models import Case, CaseStatus, PlanNode, Strategy
@@ -150,6 +155,7 @@ def case_new(request: HtmxHttpRequest) -> HttpResponse:
     packs = _packs()
     source: Case | None = None
     status = 200
+    retry_after = 0
     if request.method == "GET" and "from" in request.GET:
         form, source = _resubmission(request, packs)
     elif request.method == "GET":
@@ -163,6 +169,7 @@ def case_new(request: HtmxHttpRequest) -> HttpResponse:
         if form.is_valid():
             data = form.cleaned_data
             try:
+                check_submission_rate(request.user, data["strategy"])  # type: ignore[arg-type]
                 case = submit_case(
                     submitter=request.user,  # type: ignore[arg-type]
                     title=data["title"],
@@ -173,11 +180,14 @@ def case_new(request: HtmxHttpRequest) -> HttpResponse:
                     strategy=data["strategy"],
                     max_depth=data["max_depth"],
                 )
+            except SubmissionRateLimited as exc:
+                form.add_error(None, exc.message)
+                retry_after = exc.retry_after
             except CaseInvalid as exc:
                 form.add_case_errors(exc.errors)
             else:
                 return redirect("planning:case-detail", case_id=case.pk)
-        status = 422
+        status = 429 if retry_after else 422
     labels = dict(form.fields["domain"].choices)  # type: ignore[attr-defined]
     context = {
         "form": form,
@@ -187,9 +197,12 @@ def case_new(request: HtmxHttpRequest) -> HttpResponse:
         "source": source,
         "max_description": rules.DESCRIPTION_MAX_LENGTH,
     }
-    return render_partial(
+    response = render_partial(
         request, template, context, partials={"planning-options", "llm-estimate"}, status=status
     )
+    if retry_after:
+        response["Retry-After"] = str(retry_after)
+    return response
 
 
 # Listing cases -----------------------------------------------------------------------------

@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import json
+import logging
+import secrets
+import sys
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required, permission_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import Count
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import (
+    FileResponse,
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseServerError,
+    JsonResponse,
+)
 from django.shortcuts import render
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
@@ -35,6 +45,8 @@ from oversight.signing import current_key_id, public_keys
 from planning import rules
 from planning.models import Case, CaseStatus
 from planning.queries import case_for
+
+logger = logging.getLogger(__name__)
 
 TRAIL_PAGE_SIZE = 50
 VERIFIER_FILE = "casehub_verify.py"
@@ -68,8 +80,10 @@ def home(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "oversight/home.html", context)
 
 
-def _error_page(request: HtmxHttpRequest, template: str, status: int, message: str) -> HttpResponse:
-    context = {"message": message, "can_read_cases": rules.can_read_cases(request.user)}
+def _error_page(
+    request: HtmxHttpRequest, template: str, status: int, message: str, **extra: object
+) -> HttpResponse:
+    context = {"message": message, "can_read_cases": rules.can_read_cases(request.user), **extra}
     if getattr(request, "htmx", False):
         # A small notice in the page's error region instead of whatever the request targeted.
         response = render(request, f"{template}#error-notice", context, status=status)
@@ -99,6 +113,40 @@ def page_not_found(request: HtmxHttpRequest, exception: Exception) -> HttpRespon
     """
     record_denial(request, AccessDenial.Kind.NOT_FOUND)
     return _error_page(request, "404.html", 404, "")
+
+
+def bad_request(request: HtmxHttpRequest, exception: Exception) -> HttpResponse:
+    """Render the 400 page (a notice for htmx): the request was malformed or too large."""
+    too_big = isinstance(exception, RequestDataTooBig)
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    message = f"The form sent more than {limit:,} bytes." if too_big else ""
+    return _error_page(request, "400.html", 400, message)
+
+
+def server_error(request: HtmxHttpRequest) -> HttpResponse:
+    """Render the generic 500 page (a notice for htmx) naming an error id; log the error under it.
+
+    Never shows the exception. When the page itself cannot be rendered (the database is down, say)
+    a plain page with the same id is answered instead.
+    """
+    error_id = secrets.token_hex(8)
+    exc_info = sys.exc_info()
+    logger.error(
+        "Error %s: %s %s failed",
+        error_id,
+        request.method,
+        request.path,
+        exc_info=exc_info if exc_info[0] is not None else None,
+    )
+    try:
+        return _error_page(request, "500.html", 500, "", error_id=error_id)
+    except Exception:
+        logger.exception("Error %s: the error page could not be rendered", error_id)
+        return HttpResponseServerError(
+            f"<!doctype html><title>Server error</title><h1>Server error</h1>"
+            f"<p>Something went wrong on our side (error id {error_id}).</p>",
+            content_type="text/html; charset=utf-8",
+        )
 
 
 @require_GET

@@ -384,7 +384,7 @@ def test_an_unexpected_error_is_a_generic_500_with_an_error_id_that_is_logged(
 
 
 def test_every_operation_documents_its_refusals() -> None:
-    schema = Client().get("/api/openapi.json").json()
+    schema = _analyst().get("/api/openapi.json").json()
     operations = [
         (path, method, operation)
         for path, item in schema["paths"].items()
@@ -423,7 +423,7 @@ def test_an_error_outside_an_operation_is_a_json_500_with_an_error_id(
         raise RuntimeError("secret detail")
 
     monkeypatch.setattr(api, "get_openapi_schema", broken)
-    response = Client().get("/api/openapi.json")
+    response = _analyst().get("/api/openapi.json")
     assert response.status_code == 500
     body = response.json()
     assert set(body) == {"message", "error_id"}

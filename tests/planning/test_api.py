@@ -605,7 +605,7 @@ def test_the_plan_runs_a_constant_number_of_queries() -> None:
 
 
 def test_the_openapi_document_describes_every_endpoint_and_bearer_auth() -> None:
-    response = Client().get("/api/openapi.json")
+    response = _client(personas.analyst()).get("/api/openapi.json")
     assert response.status_code == 200
     schema = response.json()
     paths = schema["paths"]
@@ -626,6 +626,7 @@ def test_the_openapi_document_describes_every_endpoint_and_bearer_auth() -> None
 
 def test_the_docs_page_loads_only_local_assets_under_the_csp() -> None:
     client = Client()
+    client.force_login(personas.analyst())  # the docs are for signed-in users
     response = client.get("/api/docs")
     assert response.status_code == 200
     html = response.content.decode()

@@ -9,6 +9,7 @@ import pytest
 
 from planning import actions
 from tests import personas
+from tests.browser.test_case_flow import _log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -24,7 +25,8 @@ document.addEventListener("securitypolicyviolation", (event) => {
 def test_the_api_docs_render_from_local_assets_and_call_the_api_under_the_csp(
     page: Any, live_server: Any
 ) -> None:
-    token = actions.issue_api_token(personas.analyst())
+    analyst = personas.analyst()
+    token = actions.issue_api_token(analyst)
     messages: list[str] = []
     requests: list[str] = []
     page.add_init_script(RECORD_VIOLATIONS)
@@ -32,6 +34,7 @@ def test_the_api_docs_render_from_local_assets_and_call_the_api_under_the_csp(
     page.on("pageerror", lambda error: messages.append(f"pageerror: {error}"))
     page.on("request", lambda request: requests.append(request.url))
 
+    _log_in(page, analyst.username)  # the docs are for signed-in users
     response = page.goto("/api/docs")
     assert response is not None
     assert response.status == 200
