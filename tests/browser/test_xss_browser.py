@@ -237,6 +237,7 @@ def _visit(page: Any, watch: Watch, name: str, url: str) -> str:
     return page.inner_text("body")
 
 
+@pytest.mark.scenario("L7")
 def test_hostile_plan_text_is_inert_on_every_page_that_shows_it(
     page: Any, live_server: Any, fake_openai: FakeOpenAIServer
 ) -> None:
