@@ -13,6 +13,7 @@ import json
 import logging
 import secrets
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime
 from functools import wraps
 from typing import Any
 
@@ -43,10 +44,12 @@ from oversight.api.gates import router as gates_router
 from oversight.api.plans import router as plans_router
 from oversight.denials import record_denial
 from oversight.models import AccessDenial
+from oversight.throttling import throttled_response
 from planning import actions, rules
 from planning.api import Message, ServerError, ValidationMessage
 from planning.api import router as planning_router
 from planning.core.errors import flatten_errors
+from planning.models import ApiToken
 
 logger = logging.getLogger(__name__)
 
@@ -154,12 +157,16 @@ class BearerToken(HttpBearer):
     """Authenticate a request by its API token; ninja answers 401 when this returns None."""
 
     def authenticate(self, request: HttpRequest, token: str) -> User | None:
-        """Return the token's active user, or None for an unknown token or inactive user."""
-        user = actions.user_for_token(token)
-        if user is None or not user.is_active:
+        """Return the live token's active user, or None for an unknown or expired token.
+
+        The token itself is kept on the request (`request.api_token`) for DELETE /api/auth/token.
+        """
+        found = actions.api_token_for(token)
+        if found is None:
             return None
-        request.user = user
-        return user
+        request.user = found.user
+        request.api_token = found  # type: ignore[attr-defined]
+        return found.user
 
 
 # The API ------------------------------------------------------------------------------------
@@ -400,25 +407,100 @@ class TokenIn(Schema):
 
 class TokenOut(Schema):
     token: str
+    expires_at: datetime
+
+
+class TokenInfo(Schema):
+    id: int
+    created_at: datetime
+    last_used_at: datetime | None
+    expires_at: datetime
+    current: bool = Field(description="True for the token this request was sent with.")
+
+
+class TokenList(Schema):
+    items: list[TokenInfo]
+    count: int
 
 
 @api.post(
     "/auth/token",
     auth=None,
-    response={200: TokenOut, 401: Message},
+    response={200: TokenOut, 401: Message, 429: Message},
     tags=["auth"],
     summary="Exchange a username and password for an API token",
 )
 def create_token(request: HttpRequest, credentials: TokenIn) -> Any:
-    """Issue a bearer token for the account.
+    """Issue a bearer token for the account, good for CASEHUB_API_TOKEN_TTL_HOURS.
 
-    401 for a wrong username or password or an inactive account; the failure is audited.
+    A user holds at most CASEHUB_API_TOKEN_MAX_PER_USER tokens: a new one beyond that revokes
+    the oldest. 401 for a wrong username or password or an inactive account (one message for
+    all; the failure is audited); 429 with Retry-After after too many failures for the account
+    or from the address (oversight.throttling).
     """
-    # authenticate() sends user_login_failed on bad credentials, which the audit trail records.
+    # authenticate() sends user_login_failed on bad credentials, which the audit trail records;
+    # django-axes refuses it before any password check once the account or address is locked.
     user = authenticate(request, username=credentials.username, password=credentials.password)
+    if getattr(request, "axes_locked_out", False):
+        return throttled_response(request, credentials={"username": credentials.username})
     if user is None:
         return Status(401, {"message": "Invalid username or password."})
-    return Status(200, {"token": actions.issue_api_token(user)})
+    raw = actions.issue_api_token(user)
+    return Status(200, {"token": raw, "expires_at": actions.token_secret_expires_at(raw)})
+
+
+def _token_info(token: ApiToken, current: ApiToken | None) -> dict[str, Any]:
+    return {
+        "id": token.pk,
+        "created_at": token.created_at,
+        "last_used_at": token.last_used_at,
+        "expires_at": actions.token_expires_at(token),
+        "current": current is not None and token.pk == current.pk,
+    }
+
+
+@api.get(
+    "/auth/tokens",
+    response={200: TokenList},
+    tags=["auth"],
+    summary="List your live API tokens (never their secrets)",
+)
+def list_tokens(request: HttpRequest) -> Any:
+    """List the caller's tokens that have not expired, newest first."""
+    current = getattr(request, "api_token", None)
+    tokens = actions.live_api_tokens(request.user)  # type: ignore[arg-type]
+    return {"items": [_token_info(token, current) for token in tokens], "count": len(tokens)}
+
+
+@api.delete(
+    "/auth/token",
+    response={204: None},
+    tags=["auth"],
+    summary="Revoke the token this request is sent with",
+)
+def revoke_current_token(request: HttpRequest) -> Any:
+    """Revoke the presented token (`auth.token.revoked`); it answers 401 from then on."""
+    token: ApiToken = request.api_token  # type: ignore[attr-defined]
+    actions.revoke_api_token(request.user, token.pk)  # type: ignore[arg-type]
+    return Status(204, None)
+
+
+@api.delete(
+    "/auth/tokens/{token_id}",
+    response={204: None, 404: Message},
+    tags=["auth"],
+    summary="Revoke one of your tokens by its id",
+)
+def revoke_token(request: HttpRequest, token_id: int) -> Any:
+    """Revoke one of the caller's live tokens (`auth.token.revoked`).
+
+    404 for an id that is not one of the caller's live tokens (another user's included).
+    """
+    try:
+        actions.revoke_api_token(request.user, token_id)  # type: ignore[arg-type]
+    except actions.TokenNotFound as exc:
+        raise Http404(str(exc)) from None
+    return Status(204, None)
 
 
 # Routers ------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -301,3 +302,48 @@ CELERY_BEAT_SCHEDULE["admin-requests"] = {
     "task": "oversight.expire_admin_requests",
     "schedule": 600.0,
 }
+
+# Login throttling, sessions and tokens ------------------------------------------------------
+# django-axes counts failed sign-ins (/login/, the admin's login, POST /api/auth/token) per
+# username and per client address; past CASEHUB_LOGIN_FAILURE_LIMIT failures of either within
+# CASEHUB_LOGIN_COOLOFF_MINUTES the next attempts get 429 with Retry-After (oversight.throttling)
+# before any password is checked. Failures during a lockout do not extend it; a successful sign-in
+# does not reset the address's count (else one's own account would unlock guessing at others).
+INSTALLED_APPS += ["axes"]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+MIDDLEWARE += ["axes.middleware.AxesMiddleware"]
+CASEHUB_LOGIN_FAILURE_LIMIT = env_int("CASEHUB_LOGIN_FAILURE_LIMIT", 10, minimum=1)
+CASEHUB_LOGIN_COOLOFF_MINUTES = env_int("CASEHUB_LOGIN_COOLOFF_MINUTES", 15, minimum=1)
+# Behind N reverse proxies that each append to X-Forwarded-For, set N: the client is the N-th
+# address from the right. 0 (the default): REMOTE_ADDR, and X-Forwarded-For is ignored.
+CASEHUB_TRUSTED_PROXY_COUNT = env_int("CASEHUB_TRUSTED_PROXY_COUNT", 0, minimum=0)
+AXES_FAILURE_LIMIT = CASEHUB_LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(minutes=CASEHUB_LOGIN_COOLOFF_MINUTES)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_RESET_ON_SUCCESS = False
+AXES_CLIENT_IP_CALLABLE = "oversight.throttling.client_ip"
+AXES_LOCKOUT_CALLABLE = "oversight.throttling.throttled_response"
+AXES_HTTP_RESPONSE_CODE = 429
+# The audit trail records sign-ins and lockouts; axes's own admin (unaudited deletes) stays off.
+AXES_ENABLE_ADMIN = False
+AXES_DISABLE_ACCESS_LOG = True
+AXES_VERBOSE = False
+# Sessions: database-backed (oversight.actions.sessions ends a user's sessions by reading them),
+# HttpOnly, Secure outside DEBUG and demo mode (SECURE_COOKIES above), SameSite=Lax, and ended
+# after CASEHUB_SESSION_IDLE_MINUTES without a request (every request moves the expiry on).
+SESSION_ENGINE = "django.contrib.sessions.backends.db"
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+CASEHUB_SESSION_IDLE_MINUTES = env_int("CASEHUB_SESSION_IDLE_MINUTES", 30, minimum=1)
+SESSION_COOKIE_AGE = CASEHUB_SESSION_IDLE_MINUTES * 60
+SESSION_SAVE_EVERY_REQUEST = True
+# API tokens live this long from their creation; a user holds at most this many (a new one
+# beyond it revokes the oldest).
+CASEHUB_API_TOKEN_TTL_HOURS = env_int("CASEHUB_API_TOKEN_TTL_HOURS", 168, minimum=1)
+CASEHUB_API_TOKEN_MAX_PER_USER = env_int("CASEHUB_API_TOKEN_MAX_PER_USER", 5, minimum=1)
+# The audit trail records every failed sign-in; axes need not log each one as a warning too.
+LOGGING["loggers"]["axes"] = {"level": "ERROR"}  # type: ignore[index]

@@ -31,6 +31,7 @@ from oversight.audit import SYSTEM_CHAIN, append_event
 from oversight.forms import SETTING_HELP, PolicyActionForm, PolicyProposalForm, ReasonCodeForm
 from oversight.models import PolicyVersion, ReasonCode, WorkerHeartbeat
 from oversight.policy import PolicySettings, loosening
+from planning.actions import revoke_api_tokens
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -336,7 +337,11 @@ class ReasonCodeAdmin(admin.ModelAdmin):
 
 
 class AuditedPasswordChangeForm(PasswordChangeForm):
-    """The admin site's change-your-own-password form, with the change in the trail."""
+    """The admin site's change-your-own-password form, with the change in the trail.
+
+    The user's API tokens die with the old password (their other sessions too: Django checks
+    each session against the password; the view keeps the one that changed it).
+    """
 
     @transaction.atomic
     def save(self, commit: bool = True) -> Any:
@@ -347,6 +352,7 @@ class AuditedPasswordChangeForm(PasswordChangeForm):
             chain=SYSTEM_CHAIN,
             data={"user": user.get_username(), "user_id": user.pk, "by": "themselves"},
         )
+        revoke_api_tokens(user, actor=user, why="the user changed their password")
         return user
 
 

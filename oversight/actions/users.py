@@ -32,10 +32,11 @@ from django.core.exceptions import PermissionDenied
 from django.db import connection, transaction
 from django.utils import timezone
 
+from oversight.actions import sessions
 from oversight.audit import SYSTEM_CHAIN, append_event
 from oversight.models import AuditEvent, PasswordResetRequest, RoleGrantRequest, SigningState
 from oversight.roles import ADMIN, AUDITOR, OFFICER, ROLES, SUPERVISOR
-from planning.models import ApiToken
+from planning import actions as planning_actions
 from planning.rules import CONFIGURE
 
 # Roles an admin may only grant, and whose holders' password an admin may only reset, with a
@@ -367,16 +368,11 @@ def _set_roles(
 
 
 def _revoke_tokens(admin: User, user: User, *, why: str) -> None:
-    # A token outlives no change of who the user is (O9); sessions re-read the user and their
-    # permissions on every request, so a deactivated user is signed out and a removed role is gone.
-    revoked, _ = ApiToken.objects.filter(user=user).delete()
-    if revoked:
-        append_event(
-            "auth.token.revoked",
-            actor=admin,
-            chain=SYSTEM_CHAIN,
-            data={**_subject(user), "tokens": revoked, "why": why},
-        )
+    # A token outlives no change of who the user is (O9), and neither does a session: a
+    # deactivated user's session would come back on reactivation, a demoted user's would keep
+    # whatever the page had open. Both are ended here, each change audited.
+    planning_actions.revoke_api_tokens(user, actor=admin, why=why)
+    sessions.end_all_sessions(user, actor=admin, why=why)
 
 
 def needs_second_admin(user: User) -> bool:
@@ -415,6 +411,7 @@ def _request_password_reset(
             chain=SYSTEM_CHAIN,
             data={**_subject(stored), "roles": roles, "second_admin": None},
         )
+        _revoke_tokens(admin, stored, why="an admin set a new password")
         return None
     now = timezone.now()
     for earlier in PasswordResetRequest.objects.select_for_update().filter(
@@ -554,6 +551,7 @@ def _approve_password_reset(admin: User, request: PasswordResetRequest) -> User:
         target.password = locked.password_hash
         target.save(update_fields=["password"])
     _close(locked, PasswordResetRequest.Status.APPROVED, admin, timezone.now())
+    _revoke_tokens(admin, target, why="a password reset was approved")
     request.refresh_from_db()
     return target
 

@@ -440,6 +440,20 @@ def _api_token(user: User | None) -> Req:
     return Req("/api/auth/token", data, json=True)
 
 
+def _own_token_revoke(user: User | None) -> Req:
+    assert user is not None
+    actions.issue_api_token(user)
+    token = user.api_tokens.get()
+    return Req(reverse("oversight:account-token-revoke", args=[token.pk]))
+
+
+def _api_token_by_id(user: User | None) -> Req:
+    assert user is not None
+    actions.issue_api_token(user)
+    token = user.api_tokens.get()
+    return Req(f"/api/auth/tokens/{token.pk}", json=True, method="delete")
+
+
 def _api_case(user: User | None) -> Req:
     data = {
         "title": "Verify INV-1042",
@@ -480,6 +494,13 @@ AUDITED: dict[str, Audited] = {
         _own_password,
         "auth.user.password_changed",
     ),
+    # The user's own sessions and tokens (oversight.actions.sessions, planning.actions).
+    "oversight:account-log-out-everywhere": Audited(
+        "analyst",
+        lambda user: Req(reverse("oversight:account-log-out-everywhere")),
+        "security.sessions.ended",
+    ),
+    "oversight:account-token-revoke": Audited("analyst", _own_token_revoke, "auth.token.revoked"),
     # Review.
     "oversight:inbox-approve": Audited(
         "officer",
@@ -538,6 +559,15 @@ AUDITED: dict[str, Audited] = {
     ),
     # The API.
     "POST /api/auth/token": Audited(None, _api_token, "auth.token.issued"),
+    "DELETE /api/auth/token": Audited(
+        "analyst",
+        lambda user: Req("/api/auth/token", json=True, method="delete"),
+        "auth.token.revoked",
+        api=True,
+    ),
+    "DELETE /api/auth/tokens/<token_id>": Audited(
+        "analyst", _api_token_by_id, "auth.token.revoked", api=True
+    ),
     "POST /api/cases": Audited("analyst", _api_case, "planning.case.submitted", api=True),
     "POST /api/cases/<int:case_id>/plan/edits": Audited(
         "officer", _api_edit, "planning.plan.edited", api=True
