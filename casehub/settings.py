@@ -201,6 +201,30 @@ CELERY_RESULT_EXPIRES = 3600
 CASEHUB_PLANNING_LEASE_S = env_int("CASEHUB_PLANNING_LEASE_S", 900, minimum=1)
 CASEHUB_PLANNING_MAX_ATTEMPTS = env_int("CASEHUB_PLANNING_MAX_ATTEMPTS", 3, minimum=1)
 CASEHUB_RECONCILE_INTERVAL_S = env_int("CASEHUB_RECONCILE_INTERVAL_S", 30, minimum=1)
+# Execution (DESIGN §5). A running leaf holds a lease it renews every third of it; a lease
+# that runs out (a dead or stopped worker) lets the reconciler recover the leaf. Past the soft
+# limit a leaf is interrupted (prefork/solo workers); past the hard limit it is timed out, never
+# re-run silently. Retries (failure policy retry, transient errors) back off exponentially with
+# full jitter; a leaf whose worker was lost this many times is dead-lettered.
+CASEHUB_LEAF_LEASE_S = env_int("CASEHUB_LEAF_LEASE_S", 30, minimum=1)
+CASEHUB_LEAF_SOFT_LIMIT_S = env_int("CASEHUB_LEAF_SOFT_LIMIT_S", 120, minimum=1)
+CASEHUB_LEAF_HARD_LIMIT_S = env_int("CASEHUB_LEAF_HARD_LIMIT_S", 180, minimum=1)
+CASEHUB_LEAF_MAX_ATTEMPTS = env_int("CASEHUB_LEAF_MAX_ATTEMPTS", 3, minimum=1)
+CASEHUB_LEAF_MAX_DELIVERIES = env_int("CASEHUB_LEAF_MAX_DELIVERIES", 3, minimum=1)
+CASEHUB_LEAF_RETRY_BASE_S = env_int("CASEHUB_LEAF_RETRY_BASE_S", 2, minimum=0)
+CASEHUB_LEAF_RETRY_MAX_S = env_int("CASEHUB_LEAF_RETRY_MAX_S", 60, minimum=0)
+# A ready leaf not claimed this long after it was sent is sent again (a lost message).
+CASEHUB_LEAF_REDISPATCH_AFTER_S = env_int("CASEHUB_LEAF_REDISPATCH_AFTER_S", 30, minimum=1)
+CASEHUB_EXECUTION_RECONCILE_INTERVAL_S = env_int(
+    "CASEHUB_EXECUTION_RECONCILE_INTERVAL_S", 10, minimum=1
+)
+# More domain packs, as dotted paths to a planning.core.catalogue.DomainPack.
+CASEHUB_EXTRA_PACKS = env_list("CASEHUB_EXTRA_PACKS", [])
+# Redis redelivers an unacknowledged message after this long: longer than any leaf may run.
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": max(3600, 4 * CASEHUB_LEAF_HARD_LIMIT_S),
+    }
 # Every audit chain is verified and checkpointed this often (seconds).
 CASEHUB_AUDIT_CHECKPOINT_INTERVAL_S = env_int(
     "CASEHUB_AUDIT_CHECKPOINT_INTERVAL_S", 3600, minimum=1
@@ -213,6 +237,10 @@ CELERY_BEAT_SCHEDULE = {
     "audit-checkpoints": {
         "task": "oversight.write_audit_checkpoints",
         "schedule": float(CASEHUB_AUDIT_CHECKPOINT_INTERVAL_S),
+    },
+    "execution-reconcile": {
+        "task": "oversight.reconcile_execution",
+        "schedule": float(CASEHUB_EXECUTION_RECONCILE_INTERVAL_S),
     },
 }
 # Ed25519 keys that sign audit export bundles: kept outside the database, never in a backup of it.

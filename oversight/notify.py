@@ -17,7 +17,7 @@ from django.core.mail import send_mass_mail
 from django.db import transaction
 from django.urls import reverse
 
-from oversight.models import Gate, Notification
+from oversight.models import Gate, Notification, WorkItem
 from planning.models import Case, PlanVersion
 
 logger = logging.getLogger(__name__)
@@ -155,4 +155,42 @@ def case_decided(case: Case, *, approved: bool, by: User) -> None:
     )
 
 
-__all__ = ["case_decided", "gate_escalated", "gate_reminder", "gates_opened"]
+def work_item_opened(item: WorkItem) -> None:
+    """Tell the work item's group (never the case's submitter) that a step waits for a person."""
+    case = item.case
+    users = _members([item.group_id], except_user=case.submitter_id, case=case)
+    _notify(
+        users,
+        kind="work_item.opened",
+        message=f"Case #{case.pk} “{case.title}”: step {item.node.key} waits for you to do it.",
+        url=reverse("oversight:work-item", args=[item.pk]),
+        case=case,
+        gate=None,
+        subject=f"[CaseHub] Case #{case.pk}: a step waits for you",
+    )
+
+
+def case_finished(case: Case) -> None:
+    """Tell the submitter that their case completed or failed."""
+    submitter = User.objects.filter(pk=case.submitter_id, is_active=True).first()
+    if submitter is None:
+        return
+    _notify(
+        [submitter],
+        kind=f"case.{case.status}",
+        message=f"Your case #{case.pk} “{case.title}” {case.status}.",
+        url=_case_url(case),
+        case=case,
+        gate=None,
+        subject=f"[CaseHub] Case #{case.pk} {case.status}",
+    )
+
+
+__all__ = [
+    "case_decided",
+    "case_finished",
+    "gate_escalated",
+    "gate_reminder",
+    "gates_opened",
+    "work_item_opened",
+]

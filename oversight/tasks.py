@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import socket
+from typing import Any
 
 from celery import shared_task
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from oversight.actions import gates, users
+from oversight import dispatch
+from oversight.actions import execution, gates, users
 from oversight.anchors import write_checkpoints
 from oversight.denials import flush_denials
 
@@ -43,3 +46,22 @@ def flush_access_denials() -> dict[str, int]:
 def expire_admin_requests() -> dict[str, int]:
     """Expire pending password resets and role grants that were not approved in time."""
     return users.expire_old_requests()
+
+
+@shared_task(
+    name=dispatch.RUN_LEAF,
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+)
+def run_leaf(self: Any, node_id: int) -> list[str]:
+    """Claim and run one leaf (and, time allowing, one leaf it made ready) on this worker."""
+    worker = f"{self.request.hostname or socket.gethostname()} pid {os.getpid()}"
+    return execution.execute_leaf(node_id, worker=worker)
+
+
+@shared_task(name=dispatch.RECONCILE_EXECUTION)
+def reconcile_execution() -> dict[str, list[int]]:
+    """Re-send lost leaves, recover leaves of dead workers, time out and dead-letter (beat)."""
+    return execution.reconcile_execution().as_data()

@@ -4,6 +4,7 @@ into the planning core's specs, and the database-backed ports the pack tools rea
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -11,11 +12,21 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import Any
 
-from django.db import connection, transaction
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
+from django.utils.module_loading import import_string
 
 from oversight.audit import append_event
-from planning.core.catalogue import TOOL_RISKS, AgentSpec, Catalogue, DomainPack, ToolSpec
+from planning.core.catalogue import (
+    TOOL_RISKS,
+    AgentSpec,
+    Catalogue,
+    DomainPack,
+    ToolCall,
+    ToolSpec,
+)
 from planning.models import (
     Agent,
     DecompositionCacheEntry,
@@ -32,13 +43,34 @@ from planning.packs.invoice import PACK as INVOICE_PACK
 from planning.packs.invoice.erp import DEMO_ERP
 
 
+@functools.cache
+def _packs(extra: tuple[str, ...]) -> Mapping[str, DomainPack]:
+    packs = dict(PACKS)
+    for path in extra:
+        pack = import_string(path)
+        if not isinstance(pack, DomainPack) or pack.slug in packs:
+            raise ImproperlyConfigured(f"CASEHUB_EXTRA_PACKS: {path} is not a new DomainPack")
+        packs[pack.slug] = pack
+    return MappingProxyType(packs)
+
+
+def registered_packs() -> Mapping[str, DomainPack]:
+    """Return the code packs: CaseHub's own and those `CASEHUB_EXTRA_PACKS` names (dotted paths
+    to a `DomainPack`), by slug.
+
+    Raises ImproperlyConfigured for a path that is not a DomainPack or repeats a slug.
+    """
+    return _packs(tuple(getattr(settings, "CASEHUB_EXTRA_PACKS", ())))
+
+
 def enabled_pack(slug: str) -> DomainPack | None:
     """Return the code pack for an enabled pack row, or None when unknown or disabled."""
-    if slug not in PACKS:
+    packs = registered_packs()
+    if slug not in packs:
         return None
     if not DomainPackRow.objects.filter(slug=slug, enabled=True).exists():
         return None
-    return PACKS[slug]
+    return packs[slug]
 
 
 @transaction.atomic
@@ -49,7 +81,7 @@ def sync_packs() -> list[str]:
     Returns the names of what was created.
     """
     created: list[str] = []
-    for pack in PACKS.values():
+    for pack in registered_packs().values():
         row, is_new = DomainPackRow.objects.get_or_create(
             slug=pack.slug, defaults={"name": pack.name, "description": pack.description}
         )
@@ -108,7 +140,7 @@ def all_tool_specs() -> dict[str, ToolSpec]:
     """Return every code tool with the risk class admins set on its row."""
     risks = dict(ToolRow.objects.values_list("name", "risk"))
     specs: dict[str, ToolSpec] = {}
-    for pack in PACKS.values():
+    for pack in registered_packs().values():
         for tool in pack.tools:
             stored = risks.get(tool.name, tool.risk)
             risk = next((r for r in TOOL_RISKS if r == stored), tool.risk)
@@ -212,7 +244,18 @@ def _money(value: Decimal) -> str:
 
 
 class DatabaseErp:
-    """The invoice pack's `ErpData` port over the ERP tables."""
+    """The invoice pack's `ErpData` port over the ERP tables.
+
+    Bound to a leaf (`with_call`), its one effect — a payment hold — happens once per the
+    leaf's idempotency key, after the leaf's safe point.
+    """
+
+    def __init__(self, call: ToolCall | None = None) -> None:
+        self.call = call
+
+    def with_call(self, call: ToolCall) -> DatabaseErp:
+        """Return the port acting for one leaf."""
+        return DatabaseErp(call)
 
     def has_invoice(self, invoice_id: str) -> bool:
         return ErpInvoiceDocument.objects.filter(invoice_id=invoice_id).exists()
@@ -254,9 +297,23 @@ class DatabaseErp:
         ]
 
     def place_hold(self, invoice_id: str, reason: str) -> str:
-        hold = ErpPaymentHold.objects.create(
-            hold_id=f"HOLD-{uuid.uuid4().hex[:10].upper()}", invoice_id=invoice_id, reason=reason
-        )
+        key = self.call.idempotency_key if self.call is not None else None
+        if key is not None:
+            done = ErpPaymentHold.objects.filter(idempotency_key=key).first()
+            if done is not None:
+                return done.hold_id
+            self.call.checkpoint()  # type: ignore[union-attr]
+        try:
+            with transaction.atomic():
+                hold = ErpPaymentHold.objects.create(
+                    hold_id=f"HOLD-{uuid.uuid4().hex[:10].upper()}",
+                    invoice_id=invoice_id,
+                    reason=reason,
+                    idempotency_key=key,
+                )
+        except IntegrityError:
+            # Another attempt of the same leaf placed it a moment ago: that is the one hold.
+            hold = ErpPaymentHold.objects.get(idempotency_key=key)
         return hold.hold_id
 
 
@@ -266,10 +323,16 @@ _DATABASE_PORTS: Mapping[str, Callable[[], Any]] = MappingProxyType(
 )
 
 
-def data_port(pack: DomainPack) -> Any | None:
+def data_port(pack: DomainPack, *, call: ToolCall | None = None) -> Any | None:
     """Return the port a pack's tools and input checks read: the database's, else its demo's.
 
-    None when the pack has neither.
+    With `call`, a port that has effects (`with_call`) acts for that leaf: once per its
+    idempotency key. None when the pack has neither.
     """
     factory = _DATABASE_PORTS.get(pack.slug, pack.demo_port)
-    return None if factory is None else factory()
+    if factory is None:
+        return None
+    port = factory()
+    if call is not None and hasattr(port, "with_call"):
+        port = port.with_call(call)
+    return port

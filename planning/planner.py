@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 
-from planning.catalogue import enabled_pack, planning_agents
+from planning.catalogue import enabled_pack, planning_agents, registered_packs
 from planning.core.catalogue import DomainPack
 from planning.core.forward import ForwardDecomposition
 from planning.core.hybrid import HybridDecomposition
@@ -21,7 +21,6 @@ from planning.core.strategy import Strategy as CoreStrategy
 from planning.core.tree import Goal
 from planning.models import Agent, Case, Strategy
 from planning.models import DomainPack as DomainPackRow
-from planning.packs import PACKS
 
 DEFAULT_BRANCHING = 5
 
@@ -78,8 +77,8 @@ def expected_llm_calls(
 
 def pack_choices() -> list[tuple[DomainPackRow, DomainPack]]:
     """Return the enabled pack rows with their code packs."""
-    rows = DomainPackRow.objects.filter(enabled=True, slug__in=list(PACKS))
-    return [(row, PACKS[row.slug]) for row in rows]
+    rows = DomainPackRow.objects.filter(enabled=True, slug__in=list(registered_packs()))
+    return [(row, registered_packs()[row.slug]) for row in rows]
 
 
 @dataclass

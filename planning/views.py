@@ -22,10 +22,10 @@ from planning.actions import (
     check_submission_rate,
     submit_case,
 )
+from planning.catalogue import registered_packs
 from planning.dot import STATUS_COLOURS, plan_dot
 from planning.forms import INPUT_PREFIX, INPUTS_OF, CaseForm, input_field_name
 from planning.models import Case, CaseStatus, PlanNode, Strategy
-from planning.packs import PACKS
 from planning.planner import DEFAULT_BRANCHING, expected_llm_calls, llm_settings, pack_choices
 from planning.queries import case_for, plan_nodes, visible_cases
 
@@ -77,7 +77,7 @@ def llm_estimate(form: CaseForm) -> str:
 
 def _packs() -> list[tuple[str, str, type[BaseModel]]]:
     # Registry order, so the first pack (the default domain) does not move with a rename.
-    order = list(PACKS)
+    order = list(registered_packs())
     rows = sorted(pack_choices(), key=lambda pair: order.index(pair[0].slug))
     return [(row.slug, row.name, pack.input_schema) for row, pack in rows]
 
@@ -264,7 +264,7 @@ def _inputs_shown(case: Case) -> tuple[list[tuple[str, Any]], str]:
     """Return the case inputs as (label, value) rows for a pack, or as JSON without one."""
     if not case.inputs:
         return [], ""
-    pack = PACKS.get(case.domain) if case.domain else None
+    pack = registered_packs().get(case.domain) if case.domain else None
     if pack is None:
         return [], json.dumps(case.inputs, indent=2, ensure_ascii=False, sort_keys=True)
     props = pack.input_schema.model_json_schema().get("properties", {})

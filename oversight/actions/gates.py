@@ -570,15 +570,18 @@ def _set_case_status(case: Case, status: str, user: User | None, **data: Any) ->
 
 
 def _on_approved(gate: Gate, user: User) -> None:
+    from oversight.actions import execution
+
     case = gate.case
     if gate.kind == GateKind.PLAN:
         if case.status == CaseStatus.AWAITING_APPROVAL:
             _set_case_status(case, CaseStatus.APPROVED, user, version=gate.version.number)
             notify.case_decided(case, approved=True, by=user)
+            execution.start_execution(case, actor=user)
     elif gate.node is not None:
-        PlanNode.objects.filter(pk=gate.node.pk, status=NodeStatus.AWAITING_APPROVAL).update(
-            status=NodeStatus.PENDING
-        )
+        execution.on_step_approved(gate, actor=user)
+    elif gate.kind == GateKind.ESCALATION and case.status in execution.RUNNING_CASE_STATUSES:
+        execution.finish_if_done(case)
 
 
 def _dependents(version: PlanVersion, key: str) -> list[str]:
@@ -612,6 +615,12 @@ def _on_rejected(gate: Gate, user: User, record: GateDecision) -> None:
         notify.case_decided(case, approved=False, by=user)
         return
     node = gate.node
+    if gate.kind == GateKind.ESCALATION:
+        from oversight.actions import execution
+
+        if node is not None and case.status in execution.RUNNING_CASE_STATUSES:
+            execution.on_escalation_rejected(gate, actor=user, why=f"escalation {why}")
+        return
     assert node is not None
     policy = node.failure_policy or "abort"
     if policy == "continue":
@@ -649,6 +658,45 @@ def _on_rejected(gate: Gate, user: User, record: GateDecision) -> None:
             reason=f"step {node.key} {why}; failure policy {policy}",
             actor=user,
         )
+
+
+def reopen_step_gate(gate: Gate, *, why: str) -> Gate:
+    """Open a new pending step gate in place of an approval that no longer holds (expired).
+
+    The old gate keeps its decisions and is marked `expired`; the approver group is notified.
+    """
+    now = timezone.now()
+    policy = _policy_of(gate)
+    Gate.objects.filter(pk=gate.pk).update(status=GateStatus.EXPIRED)
+    fresh = Gate.objects.create(
+        case_id=gate.case_id,
+        version=gate.version,
+        node=gate.node,
+        kind=GateKind.STEP,
+        reason=f"{gate.reason}; re-approval needed: {why}",
+        reasons=gate.reasons,
+        risk=gate.risk,
+        approver_group=gate.approver_group,
+        escalation_group=gate.escalation_group,
+        quorum=gate.quorum,
+        needs_signature=gate.needs_signature,
+        content_hash=gate.node.content_hash if gate.node else gate.content_hash,
+        policy_version=gate.policy_version,
+        opened_at=now,
+        remind_at=now + timedelta(hours=policy.gate_hours) / 2,
+        deadline=now + timedelta(hours=policy.gate_hours),
+    )
+    chain = case_chain(gate.case_id)
+    append_event(
+        "oversight.gate.expired",
+        chain=chain,
+        data={"gate": gate.pk, "why": why, "after": {"status": GateStatus.EXPIRED}},
+    )
+    append_event(
+        "oversight.gate.opened", chain=chain, data=_gate_data(fresh) | {"replaces": gate.pk}
+    )
+    notify.gates_opened(fresh.case, [fresh])
+    return fresh
 
 
 @transaction.atomic

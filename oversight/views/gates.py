@@ -40,11 +40,11 @@ from oversight.models import (
 )
 from oversight.policy import RISK_CLASSES
 from oversight.queries import inbox_for, visible_gate
+from planning.catalogue import registered_packs
 from planning.core.validation import REF_KEY, is_ref
 from planning.dot import plan_dot
 from planning.models import PlanNode, Tool
-from planning.packs import PACKS
-from planning.queries import case_for
+from planning.queries import case_for, visible_cases
 
 INBOX_PAGE_SIZE = 25
 NOTIFICATIONS_PAGE_SIZE = 30
@@ -93,7 +93,7 @@ def _inbox_filters(request: HtmxHttpRequest) -> InboxFilters:
     sort = request.GET.get("sort", "").strip()
     return InboxFilters(
         case=int(raw_case) if raw_case.isdigit() and len(raw_case) < 12 else None,
-        domain=domain if domain in PACKS else "",
+        domain=domain if domain in registered_packs() else "",
         kind=kind if kind in GateKind.values else "",
         risk=risk if risk in GateRisk.values else "",
         sort=sort if sort in SORTS else "deadline",
@@ -131,7 +131,7 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
         "rows": rows,
         "filters": filters,
         "has_bulk": any(row["bulk"] for row in rows),
-        "domains": [(slug, pack.name) for slug, pack in PACKS.items()],
+        "domains": [(slug, pack.name) for slug, pack in registered_packs().items()],
         "kinds": GateKind.choices,
         "risks": GateRisk.choices,
         "previous_query": filters.query(page=page.previous_page_number())
@@ -156,14 +156,20 @@ def _back_to_inbox(request: HtmxHttpRequest) -> HttpResponse:
 def inbox_approve(request: HtmxHttpRequest) -> HttpResponse:
     """Approve the selected low-risk step gates of one plan version, one decision each.
 
-    Raises PermissionDenied (DecisionDenied) when the user may not decide one of them; a
-    selection that bulk approval does not take comes back to the inbox with the reason.
+    Raises Http404 when a selected gate is not of a case the user may read, PermissionDenied
+    (DecisionDenied) when the user may not decide one of them; a selection that bulk approval
+    does not take comes back to the inbox with the reason.
     """
     raw = request.POST.getlist("gate")
     ids = [int(value) for value in raw if value.isdigit() and len(value) < 12]
     if len(ids) != len(raw) or not ids:
         messages.error(request, "Select at least one low-risk step gate to approve together.")
         return _back_to_inbox(request)
+    # A gate of a case the user may not read is no gate at all (W4): 404, as its page answers,
+    # so that the answer cannot tell another user's gate from a missing one.
+    readable = Gate.objects.filter(pk__in=ids, case__in=visible_cases(request.user)).count()
+    if readable != len(set(ids)):
+        raise _not_found(request, "gate", ids[0])
     try:
         decided = bulk_approve(gate_ids=ids, user=request.user)  # type: ignore[arg-type]
     except Gate.DoesNotExist:

@@ -29,6 +29,23 @@ TOOL_RISKS: tuple[ToolRisk, ...] = ("read", "write", "financial", "external", "d
 AGENT_KINDS: tuple[AgentKind, ...] = ("tool", "llm", "human")
 
 
+def _no_checkpoint() -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall:
+    """What a port with side effects needs from the leaf that calls a tool.
+
+    `idempotency_key` is the same for every attempt of the leaf: an effect recorded under it
+    must not happen again. `checkpoint` is the safe point before an effect: it raises when the
+    leaf must stop (its case was cancelled, execution stopped, its attempt lost the leaf).
+    """
+
+    idempotency_key: str
+    checkpoint: Callable[[], None] = _no_checkpoint
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolSpec:
     """A registered callable with pydantic input and output models and a risk class."""
@@ -136,6 +153,9 @@ class DomainPack:
     # The `llm` agent whose model and system prompt (as admins set them) plan this pack's cases
     # with the LLM; without one, or while it is disabled, the environment's model and prompt.
     planner_agent: str = ""
+    # Goal-level verification once every leaf of a case succeeded: the outputs by leaf key →
+    # the problems found (none: the goal is reached).
+    goal_check: Callable[[Mapping[str, Any]], Sequence[str]] | None = None
 
     def initial_state(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Validate case `inputs` against the schema and return the planning state.

@@ -200,7 +200,7 @@ def test_the_editor_cannot_approve_their_version_and_a_second_officer_can(
         gates.decide_gate(gate_id=old.pk, user=people["second"], decision=APPROVE)
     gates.decide_gate(gate_id=plan_gate.pk, user=people["second"], decision=APPROVE)
     case.refresh_from_db()
-    assert case.status == CaseStatus.APPROVED
+    assert case.status == CaseStatus.EXECUTING  # approved, and its first steps are ready
 
 
 def test_a_removed_step_is_gone_from_the_new_version_and_its_gate_void(
@@ -310,7 +310,7 @@ def test_a_plan_no_longer_awaiting_approval_is_not_edited(
         gate_id=_gate(case.current_version).pk, user=people["second"], decision=APPROVE
     )
     before = _snapshot(case)
-    with pytest.raises(EditRefused, match="approved"):
+    with pytest.raises(EditRefused, match="executing: only a plan awaiting approval"):
         _edit(case, people["officer"], "check-totals", {"task": "Later"})
     assert _snapshot(case) == before
 

@@ -334,7 +334,7 @@ def test_approving_the_plan_gate_through_the_page_approves_the_case(
     assert response.status_code == 302
     assert response["Location"] == reverse("oversight:gate-detail", args=[gate.pk])
     case.refresh_from_db()
-    assert case.status == CaseStatus.APPROVED
+    assert case.status == CaseStatus.EXECUTING  # approved, and its first steps are ready
     page = client.get(response["Location"]).content.decode()
     assert "Your approval is recorded; the gate is approved." in page
     decisions = page.split('data-section="decisions"', 1)[1]

@@ -181,11 +181,13 @@ def test_approving_the_plan_gate_approves_the_case_and_tells_the_submitter() -> 
     assert body["decisions"][0]["by"] == "olivia"
     assert body["decisions"][0]["signature"] is None
     case.refresh_from_db()
-    assert case.status == CaseStatus.APPROVED
+    assert case.status == CaseStatus.EXECUTING  # approved, and its first steps are ready
     assert Notification.objects.filter(user=case.submitter, kind="case.approved").exists()
-    assert [e.action for e in AuditEvent.objects.filter(chain=case_chain(case.pk))][-2:] == [
+    assert [e.action for e in AuditEvent.objects.filter(chain=case_chain(case.pk))][-4:] == [
         "oversight.gate.decided",
         "planning.case.approved",
+        "planning.case.executing",
+        "execution.leaf.ready",
     ]
     assert verify_chain(case_chain(case.pk)) == []
 

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from planning.core.catalogue import ToolCall
+
 DEMO_ERP: Mapping[str, Any] = {
     "suppliers": (
         {
@@ -107,7 +109,9 @@ class ErpData(Protocol):
 
     def payments(self, supplier_id: str) -> Sequence[Mapping[str, Any]]: ...
 
-    def place_hold(self, invoice_id: str, reason: str) -> str: ...
+    def place_hold(self, invoice_id: str, reason: str) -> str:
+        """Place a payment hold and return its id; once per idempotency key of the caller."""
+        ...
 
 
 @dataclass
@@ -135,7 +139,18 @@ class InMemoryErp:
     def payments(self, supplier_id: str) -> Sequence[Mapping[str, Any]]:
         return [p for p in self.data["payments"] if p["supplier_id"] == supplier_id]
 
+    key: str = ""
+
+    def with_call(self, call: ToolCall) -> InMemoryErp:
+        """Return this ERP acting for one leaf: holds are recorded once per its key."""
+        return InMemoryErp(data=self.data, holds=self.holds, key=call.idempotency_key)
+
     def place_hold(self, invoice_id: str, reason: str) -> str:
+        for hold in self.holds:
+            if self.key and hold.get("key") == self.key:
+                return hold["hold_id"]
         hold_id = f"HOLD-{len(self.holds) + 1:04d}"
-        self.holds.append({"hold_id": hold_id, "invoice_id": invoice_id, "reason": reason})
+        self.holds.append(
+            {"hold_id": hold_id, "invoice_id": invoice_id, "reason": reason, "key": self.key}
+        )
         return hold_id

@@ -1,0 +1,1328 @@
+"""Execution: approved leaves become ready, are claimed by workers, end, and release their
+dependents; the reconciler recovers what a lost message or a dead worker left behind.
+
+The database is the truth about what must run (DESIGN §5). A claim is a compare-and-set
+`ready → running` that bumps the leaf's attempt number: the number is the worker's fencing
+token, and a result sent with an older number is refused. Every claim re-checks, in its own
+transaction, that the case still runs, the global stop switch is off, and the approvals the leaf
+needs still hold for exactly this version and content hash (R3, R4, O4, O5). Side effects carry an
+idempotency key that does not depend on the attempt, so a leaf run twice acts once.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from oversight import dispatch, notify, trust
+from oversight.audit import append_event, case_chain
+from oversight.models import (
+    OPEN_GATE_STATUSES,
+    ExecutionControl,
+    Gate,
+    GateKind,
+    GateStatus,
+    LeafAttempt,
+    TrustScore,
+    WorkItem,
+)
+from planning.models import Agent, Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
+
+logger = logging.getLogger(__name__)
+
+LEAF = PlanNode.Kind.LEAF
+# Leaves that have not ended: the case is not over while one of them remains.
+OPEN_LEAF_STATUSES = (
+    NodeStatus.PENDING,
+    NodeStatus.AWAITING_APPROVAL,
+    NodeStatus.READY,
+    NodeStatus.RUNNING,
+    NodeStatus.RETRYING,
+)
+ENDED_LEAF_STATUSES = (
+    NodeStatus.SUCCEEDED,
+    NodeStatus.FAILED,
+    NodeStatus.SKIPPED,
+    NodeStatus.CANCELLED,
+    NodeStatus.BLOCKED,
+)
+RUNNING_CASE_STATUSES = (CaseStatus.APPROVED, CaseStatus.EXECUTING)
+
+
+class ErrorClass:
+    """How a failure is classified (shown on the page, decides whether a retry may help)."""
+
+    TRANSIENT = "transient"
+    INVALID_INPUT = "invalid_input"
+    TOOL_FAILURE = "tool_failure"
+    POLICY_DENIAL = "policy_denial"
+    TIMEOUT = "timeout"
+    POISON = "poison"
+    OUTPUT_INVALID = "output_invalid"
+
+    ALL = (
+        TRANSIENT,
+        INVALID_INPUT,
+        TOOL_FAILURE,
+        POLICY_DENIAL,
+        TIMEOUT,
+        POISON,
+        OUTPUT_INVALID,
+    )
+
+
+# Settings (env-driven in casehub/settings.py) ----------------------------------------------------
+
+
+def _setting(name: str, default: float) -> float:
+    return float(getattr(settings, name, default))
+
+
+def lease_s() -> float:
+    return _setting("CASEHUB_LEAF_LEASE_S", 30)
+
+
+def soft_limit_s() -> float:
+    return _setting("CASEHUB_LEAF_SOFT_LIMIT_S", 120)
+
+
+def hard_limit_s() -> float:
+    return _setting("CASEHUB_LEAF_HARD_LIMIT_S", 180)
+
+
+def max_attempts() -> int:
+    return int(_setting("CASEHUB_LEAF_MAX_ATTEMPTS", 3))
+
+
+def max_deliveries() -> int:
+    return int(_setting("CASEHUB_LEAF_MAX_DELIVERIES", 3))
+
+
+def redispatch_after_s() -> float:
+    return _setting("CASEHUB_LEAF_REDISPATCH_AFTER_S", 30)
+
+
+def retry_delay_s(attempt: int, *, rng: random.Random | None = None) -> float:
+    """Return the wait before retry number `attempt` (1-based): full jitter, capped."""
+    base = _setting("CASEHUB_LEAF_RETRY_BASE_S", 2)
+    cap = _setting("CASEHUB_LEAF_RETRY_MAX_S", 60)
+    return (rng or random).uniform(0, min(cap, base * 2 ** (attempt - 1)))
+
+
+# Errors and results --------------------------------------------------------------------------
+
+
+class ClaimRefused(Exception):
+    """The leaf cannot be claimed now (not ready, held by a live lease, stopped, not approved)."""
+
+
+class StaleResult(Exception):
+    """A worker's result names an attempt that no longer holds the leaf (fencing)."""
+
+    def __init__(self, message: str, *, node: PlanNode, attempt: int) -> None:
+        super().__init__(message)
+        self.node = node
+        self.attempt = attempt
+
+
+class LeafStopped(Exception):
+    """The leaf must stop at this safe point: the case was cancelled or execution was stopped."""
+
+    def __init__(self, why: str, *, cancelled: bool) -> None:
+        super().__init__(why)
+        self.cancelled = cancelled
+
+
+class CaseNotRunning(Exception):
+    """The case cannot take this command in its current status (409)."""
+
+
+class WorkItemConflict(Exception):
+    """The work item is not open any more, or not this user's to complete (409)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claim:
+    """A worker's hold on one leaf: run it, then report with this attempt number."""
+
+    node_id: int
+    case_id: int
+    key: str
+    attempt: int
+    agent: str
+    kind: str
+    idempotency_key: str
+    lease_until: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ended:
+    """What ending a leaf released: leaves that became ready (the first may run on this worker)."""
+
+    node_id: int
+    status: str
+    ready: tuple[int, ...] = field(default_factory=tuple)
+
+
+def idempotency_key(node: PlanNode) -> str:
+    """Return the key every side effect of this leaf carries, the same for every attempt.
+
+    The key names the case and the leaf (its key), not the version: an edit that leaves a step
+    unchanged must not make its effect happen again.
+    """
+    return f"casehub:case-{node.version.case_id}:leaf-{node.key}"
+
+
+# The global stop switch ------------------------------------------------------------------------
+
+
+def is_stopped() -> bool:
+    """Tell whether the admins' global stop switch is on."""
+    return ExecutionControl.objects.filter(pk=1, stopped=True).exists()
+
+
+@transaction.atomic
+def set_stopped(*, stopped: bool, user: User, reason: str = "") -> ExecutionControl:
+    """Turn the global stop switch on or off (admins); on resume, re-send every ready leaf."""
+    control, _ = ExecutionControl.objects.select_for_update().get_or_create(pk=1)
+    before = control.stopped
+    control.stopped = stopped
+    control.changed_by = user
+    control.changed_at = timezone.now()
+    control.reason = reason.strip()
+    control.save()
+    append_event(
+        "execution.control.stopped" if stopped else "execution.control.resumed",
+        actor=user,
+        data={
+            "reason": control.reason,
+            "before": {"stopped": before},
+            "after": {"stopped": stopped},
+        },
+    )
+    if not stopped:
+        for node_id in PlanNode.objects.filter(status=NodeStatus.READY).values_list(
+            "pk", flat=True
+        ):
+            _send(node_id)
+    return control
+
+
+# Starting and releasing -------------------------------------------------------------------------
+
+
+def _send(node_id: int, *, countdown: float | None = None) -> None:
+    PlanNode.objects.filter(pk=node_id).update(enqueued_at=timezone.now())
+    dispatch.enqueue_leaf(node_id, countdown=countdown)
+
+
+def _leaves(version: PlanVersion) -> list[PlanNode]:
+    return list(PlanNode.objects.filter(version=version, kind=LEAF).order_by("position"))
+
+
+def start_execution(case: Case, *, actor: User | None) -> list[int]:
+    """Start an approved case: it is `executing` and its ready leaves go to the workers.
+
+    Call inside the transaction that approved the plan gate (the case row locked).
+    """
+    before = case.status
+    case.status = CaseStatus.EXECUTING
+    case.save(update_fields=["status", "updated_at"])
+    append_event(
+        "planning.case.executing",
+        actor=actor,
+        chain=case_chain(case.pk),
+        data={"case": case.pk, "before": {"status": before}, "after": {"status": case.status}},
+    )
+    assert case.current_version_id is not None
+    return release_ready(PlanVersion.objects.get(pk=case.current_version_id))
+
+
+def release_ready(
+    version: PlanVersion, *, candidates: Iterable[int] | None = None, keep: int = 0
+) -> list[int]:
+    """Make `pending` leaves whose dependencies all succeeded `ready`, and send them on commit.
+
+    `candidates` limits the check to those leaf ids (the dependents of a leaf that just ended).
+    The candidates are locked in id order, so that of several parents ending at once exactly one
+    releases their common child (E11). The first `keep` are not sent: the caller runs them on
+    its own worker (the reconciler sends them if it dies first). Returns the ids made ready.
+    """
+    case = version.case
+    if case.status not in RUNNING_CASE_STATUSES or case.current_version_id != version.pk:
+        return []
+    query = PlanNode.objects.filter(version=version, kind=LEAF, status=NodeStatus.PENDING)
+    if candidates is not None:
+        query = query.filter(pk__in=list(candidates))
+    pending = list(query.select_for_update().order_by("pk"))
+    if not pending:
+        return []
+    statuses = dict(
+        PlanNode.objects.filter(version=version, kind=LEAF).values_list("key", "status")
+    )
+    ready = [
+        node
+        for node in pending
+        if all(statuses.get(dep) == NodeStatus.SUCCEEDED for dep in node.depends_on)
+    ]
+    now = timezone.now()
+    for node in ready:
+        PlanNode.objects.filter(pk=node.pk, status=NodeStatus.PENDING).update(
+            status=NodeStatus.READY, enqueued_at=now
+        )
+    chain = case_chain(case.pk)
+    for node in ready:
+        append_event(
+            "execution.leaf.ready",
+            chain=chain,
+            data={"node": node.key, "before": {"status": "pending"}, "after": {"status": "ready"}},
+        )
+    if is_stopped():
+        return []
+    for node in ready[keep:]:
+        dispatch.enqueue_leaf(node.pk)
+    return [n.pk for n in ready]
+
+
+def on_step_approved(gate: Gate, *, actor: User) -> None:
+    """A step or escalation gate was approved: the leaf may run once its dependencies are done.
+
+    An escalation approved after a failure runs the leaf again (a new attempt, the same key).
+    """
+    node = gate.node
+    assert node is not None
+    PlanNode.objects.filter(pk=node.pk, status=NodeStatus.AWAITING_APPROVAL).update(
+        status=NodeStatus.PENDING, error="", error_class=""
+    )
+    release_ready(gate.version, candidates=[node.pk])
+
+
+def on_escalation_rejected(gate: Gate, *, actor: User, why: str) -> None:
+    """An escalation of a failed leaf was rejected: the leaf fails and its dependents block."""
+    node = gate.node
+    assert node is not None
+    _fail_and_block(node, why=why, actor=actor)
+    finish_if_done(Case.objects.select_for_update().get(pk=gate.case_id))
+
+
+# Claiming ---------------------------------------------------------------------------------
+
+
+def _approval_problem(node: PlanNode, case: Case, now: datetime) -> str | None:
+    """Return why the leaf's approvals do not allow it to run now, or None when they do."""
+    if case.current_version_id != node.version_id:
+        return f"plan version {node.version.number} is no longer the case's current version"
+    gates = list(
+        Gate.objects.filter(version=node.version).filter(
+            Q(kind=GateKind.PLAN) | Q(kind=GateKind.STEP, node=node)
+        )
+    )
+    plan = [g for g in gates if g.kind == GateKind.PLAN]
+    if not plan or plan[0].status != GateStatus.APPROVED:
+        return "the plan gate is not approved"
+    if plan[0].content_hash != node.version.content_hash:
+        return "the plan changed after its approval"
+    for gate in (g for g in gates if g.kind == GateKind.STEP):
+        if gate.status != GateStatus.APPROVED:
+            return f"the step gate is {gate.status}"
+        if gate.content_hash != node.content_hash:
+            return "the step changed after its approval (content hash differs)"
+        if gate.approval_expires_at is not None and gate.approval_expires_at <= now:
+            return f"the step's approval expired at {gate.approval_expires_at.isoformat()}"
+    return None
+
+
+def _routing(node: PlanNode) -> trust.Routing:
+    """Check who should run the leaf: the planned agent while it is trusted enough."""
+    from oversight.actions.gates import active_policy
+
+    _, policy = active_policy()
+    planned = Agent.objects.filter(slug=node.agent).first()
+    capabilities = list(planned.capabilities) if planned is not None else []
+    able = Agent.objects.filter(enabled=True)
+    if planned is not None:
+        able = able.filter(kind=planned.kind)
+    running = dict(
+        PlanNode.objects.filter(status=NodeStatus.RUNNING)
+        .values("agent")
+        .annotate(n=Count("pk"))
+        .values_list("agent", "n")
+    )
+    candidates = []
+    for agent in able:
+        if capabilities and not set(capabilities) & set(agent.capabilities):
+            continue
+        if node.tool and node.tool not in agent.tools:
+            continue
+        candidates.append(
+            trust.Candidate(
+                agent=agent.slug,
+                trust=effective_trust(agent, capabilities),
+                load=running.get(agent.slug, 0),
+            )
+        )
+    return trust.route(node.agent, candidates, threshold=policy.trust_threshold)
+
+
+@transaction.atomic
+def claim_leaf(node_id: int, *, worker: str = "") -> Claim:
+    """Claim a ready leaf for `worker`: `ready → running`, attempt + 1, a lease.
+
+    Raises ClaimRefused when the leaf is not ready (already claimed: a duplicate message), when
+    the case does not run, when execution is stopped, or when its approvals no longer hold (the
+    leaf then waits for a new approval, audited: O4, O5).
+    """
+    node = (
+        PlanNode.objects.select_for_update(of=("self",))
+        .select_related("version")
+        .filter(pk=node_id, kind=LEAF)
+        .first()
+    )
+    if node is None:
+        raise ClaimRefused("no such leaf")
+    if node.status != NodeStatus.READY:
+        raise ClaimRefused(f"the leaf is {node.status}")
+    case = Case.objects.get(pk=node.version.case_id)
+    if case.status not in RUNNING_CASE_STATUSES:
+        raise ClaimRefused(f"the case is {case.status}")
+    if is_stopped():
+        raise ClaimRefused("execution is stopped")
+    now = timezone.now()
+    chain = case_chain(case.pk)
+    if (why := _approval_problem(node, case, now)) is not None:
+        _refuse_for_approval(node, case, why)
+        raise ClaimRefused(why)
+    routing = _routing(node)
+    overruled = Gate.objects.filter(
+        version=node.version, node=node, kind=GateKind.ESCALATION, status=GateStatus.APPROVED
+    ).exists()
+    if (routing.escalate or routing.agent != node.agent) and not overruled:
+        PlanNode.objects.filter(pk=node.pk).update(
+            status=NodeStatus.AWAITING_APPROVAL, routing=routing.as_data()
+        )
+        append_event(
+            "execution.leaf.routing_escalated",
+            chain=chain,
+            data={"node": node.key, "routing": routing.as_data()},
+        )
+        from oversight.actions.gates import open_escalation_gate
+
+        open_escalation_gate(
+            node.version,
+            node,
+            reason=f"routing of step {node.key}: {routing.rationale}; approve to run it with "
+            f"{node.agent} as planned, or edit the plan",
+        )
+        raise ClaimRefused(routing.rationale)
+    attempt = node.attempts + 1
+    lease_until = now + timedelta(seconds=lease_s())
+    PlanNode.objects.filter(pk=node.pk).update(
+        status=NodeStatus.RUNNING,
+        attempts=attempt,
+        lease_until=lease_until,
+        started_at=now,
+        finished_at=None,
+        routing=routing.as_data(),
+    )
+    LeafAttempt.objects.create(node=node, number=attempt, worker=worker[:255], started_at=now)
+    if case.status == CaseStatus.APPROVED:
+        case.status = CaseStatus.EXECUTING
+        case.save(update_fields=["status", "updated_at"])
+    append_event(
+        "execution.leaf.claimed",
+        actor=node.agent or None,
+        chain=chain,
+        data={
+            "node": node.key,
+            "attempt": attempt,
+            "worker": worker,
+            "lease_until": lease_until.isoformat(),
+            "before": {"status": "ready"},
+            "after": {"status": "running"},
+        },
+    )
+    agent_kind = Agent.objects.filter(slug=node.agent).values_list("kind", flat=True).first()
+    return Claim(
+        node_id=node.pk,
+        case_id=case.pk,
+        key=node.key,
+        attempt=attempt,
+        agent=node.agent,
+        kind=agent_kind or "",
+        idempotency_key=idempotency_key(node),
+        lease_until=lease_until,
+    )
+
+
+def _refuse_for_approval(node: PlanNode, case: Case, why: str) -> None:
+    """Put a leaf whose approval no longer holds back to waiting, and ask for a new approval."""
+    chain = case_chain(case.pk)
+    append_event(
+        "execution.leaf.claim_refused",
+        chain=chain,
+        data={"node": node.key, "why": why, "before": {"status": node.status}},
+    )
+    if node.version_id != case.current_version_id:
+        # A replaced version's leaf never runs; the current version has leaves of its own.
+        PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.CANCELLED)
+        return
+    PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.AWAITING_APPROVAL)
+    step = (
+        Gate.objects.filter(version=node.version, node=node, kind=GateKind.STEP)
+        .order_by("-pk")
+        .first()
+    )
+    if step is not None and step.status == GateStatus.APPROVED:
+        from oversight.actions.gates import reopen_step_gate
+
+        reopen_step_gate(step, why=why)
+
+
+def lease_holds(node_id: int, attempt: int) -> bool:
+    """Tell whether `attempt` still holds the leaf (for a worker about to act)."""
+    return PlanNode.objects.filter(pk=node_id, attempts=attempt, status=NodeStatus.RUNNING).exists()
+
+
+def renew_lease(node_id: int, attempt: int) -> bool:
+    """Extend the lease of a running attempt; False when the attempt lost the leaf."""
+    until = timezone.now() + timedelta(seconds=lease_s())
+    return bool(
+        PlanNode.objects.filter(pk=node_id, attempts=attempt, status=NodeStatus.RUNNING).update(
+            lease_until=until
+        )
+    )
+
+
+def check_safe_point(claim: Claim) -> None:
+    """Raise LeafStopped when the leaf must not go on (cancelled case, global stop, lost lease)."""
+    row = (
+        PlanNode.objects.filter(pk=claim.node_id)
+        .values_list("status", "attempts", "version__case__status")
+        .first()
+    )
+    if row is None:
+        raise LeafStopped("the leaf is gone", cancelled=True)
+    status, attempts, case_status = row
+    if case_status not in RUNNING_CASE_STATUSES:
+        raise LeafStopped(f"the case is {case_status}", cancelled=True)
+    if status != NodeStatus.RUNNING or attempts != claim.attempt:
+        raise LeafStopped("this attempt no longer holds the leaf", cancelled=False)
+    if is_stopped():
+        raise LeafStopped("execution is stopped", cancelled=False)
+
+
+# Ending ----------------------------------------------------------------------------------------
+
+
+def _locked_attempt(node_id: int, attempt: int) -> tuple[PlanNode, Case]:
+    node = (
+        PlanNode.objects.select_for_update(of=("self",))
+        .select_related("version")
+        .get(pk=node_id)
+    )
+    case = Case.objects.select_for_update().get(pk=node.version.case_id)
+    if node.status != NodeStatus.RUNNING or node.attempts != attempt:
+        raise StaleResult(
+            f"attempt {attempt} of {node.key} is stale: the leaf is {node.status} "
+            f"at attempt {node.attempts}",
+            node=node,
+            attempt=attempt,
+        )
+    return node, case
+
+
+@transaction.atomic
+def _record_stale(exc: StaleResult) -> None:
+    """Record a refused result in a transaction of its own (the refusing one rolled back)."""
+    node = exc.node
+    LeafAttempt.objects.filter(node=node, number=exc.attempt, outcome="running").update(
+        outcome=LeafAttempt.Outcome.STALE, finished_at=timezone.now()
+    )
+    append_event(
+        "execution.leaf.result_refused",
+        chain=case_chain(node.version.case_id),
+        data={
+            "node": node.key,
+            "attempt": exc.attempt,
+            "holder": node.attempts,
+            "status": node.status,
+            "why": "stale attempt (fencing)",
+        },
+    )
+
+
+def _dependents(node: PlanNode) -> list[int]:
+    return [
+        pk
+        for pk, deps in PlanNode.objects.filter(version_id=node.version_id, kind=LEAF).values_list(
+            "pk", "depends_on"
+        )
+        if node.key in deps
+    ]
+
+
+def _end_attempt(node: PlanNode, attempt: int, outcome: str, **fields: str) -> None:
+    LeafAttempt.objects.filter(node=node, number=attempt).update(
+        outcome=outcome, finished_at=timezone.now(), **fields
+    )
+
+
+def complete_leaf(
+    node_id: int, attempt: int, output: Mapping[str, Any], *, kind: str = "tool", keep: int = 0
+) -> Ended:
+    """Record a leaf's output: it `succeeded`, trust learns, dependents may become ready.
+
+    On a case cancelled meanwhile, a tool's effect that already happened is recorded and the
+    leaf ends `succeeded` flagged as finished after the cancel; an LLM's or a person's result is
+    not committed (the leaf ends `cancelled`). Raises StaleResult for a stale attempt.
+    """
+    try:
+        return _complete(node_id, attempt, output, kind=kind, keep=keep)
+    except StaleResult as exc:
+        _record_stale(exc)
+        raise
+
+
+def _complete(
+    node_id: int, attempt: int, output: Mapping[str, Any], *, kind: str, keep: int
+) -> Ended:
+    with transaction.atomic():
+        node, case = _locked_attempt(node_id, attempt)
+        now = timezone.now()
+        chain = case_chain(case.pk)
+        cancelled = case.status not in RUNNING_CASE_STATUSES
+        if cancelled and kind != "tool":
+            PlanNode.objects.filter(pk=node.pk).update(
+                status=NodeStatus.CANCELLED, finished_at=now, lease_until=None
+            )
+            _end_attempt(node, attempt, LeafAttempt.Outcome.CANCELLED)
+            append_event(
+                "execution.leaf.cancelled",
+                actor=node.agent or None,
+                chain=chain,
+                data={"node": node.key, "attempt": attempt, "why": f"the case is {case.status}"},
+            )
+            return Ended(node_id=node.pk, status=NodeStatus.CANCELLED)
+        PlanNode.objects.filter(pk=node.pk).update(
+            status=NodeStatus.SUCCEEDED,
+            output=dict(output),
+            finished_at=now,
+            lease_until=None,
+            error="",
+            error_class="",
+            finished_after_cancel=cancelled,
+        )
+        _end_attempt(node, attempt, LeafAttempt.Outcome.SUCCEEDED)
+        record_outcome(node.agent, "succeeded", now=now)
+        append_event(
+            "execution.leaf.succeeded",
+            actor=node.agent or None,
+            chain=chain,
+            data={
+                "node": node.key,
+                "attempt": attempt,
+                "output": dict(output),
+                "finished_after_cancel": cancelled,
+                "before": {"status": "running"},
+                "after": {"status": "succeeded"},
+            },
+        )
+        ready = (
+            []
+            if cancelled
+            else release_ready(node.version, candidates=_dependents(node), keep=keep)
+        )
+        finish_if_done(case)
+        return Ended(node_id=node.pk, status=NodeStatus.SUCCEEDED, ready=tuple(ready))
+
+
+def fail_leaf(node_id: int, attempt: int, *, error_class: str, error: str) -> Ended:
+    """Record a failed attempt and apply the leaf's failure policy.
+
+    `retry` retries transient errors with exponential backoff and jitter up to the maximum
+    attempts; `continue` fails the leaf and blocks its dependents; `abort` fails the case;
+    `escalate` (and `retry` or `replan` out of options) opens an escalation gate for a person.
+    Raises StaleResult for a stale attempt.
+    """
+    try:
+        with transaction.atomic():
+            node, case = _locked_attempt(node_id, attempt)
+            return _apply_failure(node, case, attempt, error_class=error_class, error=error)
+    except StaleResult as exc:
+        _record_stale(exc)
+        raise
+
+
+def _apply_failure(
+    node: PlanNode, case: Case, attempt: int, *, error_class: str, error: str
+) -> Ended:
+    now = timezone.now()
+    chain = case_chain(case.pk)
+    error = error[:4000]
+    _end_attempt(node, attempt, LeafAttempt.Outcome.FAILED, error_class=error_class, error=error)
+    record_outcome(node.agent, "failed", now=now)
+    policy = node.failure_policy or "abort"
+    append_event(
+        "execution.leaf.attempt_failed",
+        actor=node.agent or None,
+        chain=chain,
+        data={
+            "node": node.key,
+            "attempt": attempt,
+            "error_class": error_class,
+            "error": error,
+            "failure_policy": policy,
+        },
+    )
+    if case.status not in RUNNING_CASE_STATUSES:
+        PlanNode.objects.filter(pk=node.pk).update(
+            status=NodeStatus.CANCELLED, finished_at=now, lease_until=None, error=error,
+            error_class=error_class,
+        )  # fmt: skip
+        return Ended(node_id=node.pk, status=NodeStatus.CANCELLED)
+    if policy == "retry" and error_class == ErrorClass.TRANSIENT and attempt < max_attempts():
+        delay = retry_delay_s(attempt)
+        at = now + timedelta(seconds=delay)
+        PlanNode.objects.filter(pk=node.pk).update(
+            status=NodeStatus.RETRYING, next_attempt_at=at, lease_until=None, error=error,
+            error_class=error_class,
+        )  # fmt: skip
+        append_event(
+            "execution.leaf.retrying",
+            chain=chain,
+            data={"node": node.key, "attempt": attempt, "retry_in_s": round(delay, 3)},
+        )
+        transaction.on_commit(lambda: _send_retry(node.pk, delay), robust=True)
+        return Ended(node_id=node.pk, status=NodeStatus.RETRYING)
+    PlanNode.objects.filter(pk=node.pk).update(
+        error=error, error_class=error_class, finished_at=now, lease_until=None
+    )
+    why = f"{node.key} failed ({error_class}): {error}"
+    if policy == "continue":
+        _fail_and_block(node, why=why, actor=None)
+    elif policy == "abort":
+        _fail_and_block(node, why=why, actor=None)
+        _end_case(case, CaseStatus.FAILED, reasons=[f"step {why}; failure policy abort"])
+        return Ended(node_id=node.pk, status=NodeStatus.FAILED)
+    elif policy == "replan" and _replan(node, case, why):
+        return Ended(node_id=node.pk, status=NodeStatus.FAILED)
+    else:
+        PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.AWAITING_APPROVAL)
+        from oversight.actions.gates import open_escalation_gate
+
+        open_escalation_gate(
+            node.version,
+            node,
+            reason=f"step {why}; failure policy {policy}: approve to run it again, "
+            "reject to fail it",
+        )
+        return Ended(node_id=node.pk, status=NodeStatus.AWAITING_APPROVAL)
+    finish_if_done(case)
+    return Ended(node_id=node.pk, status=NodeStatus.FAILED)
+
+
+def _send_retry(node_id: int, delay: float) -> None:
+    dispatch.send_leaf(node_id, countdown=delay)
+
+
+def _replan(node: PlanNode, case: Case, why: str) -> bool:
+    """Hand a failed leaf to re-planning; False when its case cannot be re-planned."""
+    hooks = getattr(settings, "CASEHUB_REPLAN_HOOK", None)
+    if not hooks:
+        return False
+    from django.utils.module_loading import import_string
+
+    return bool(import_string(hooks)(node=node, case=case, why=why))
+
+
+def _fail_and_block(node: PlanNode, *, why: str, actor: User | None) -> list[str]:
+    """Fail a leaf and block every leaf downstream of it; return the blocked keys."""
+    PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.FAILED)
+    depends = dict(
+        PlanNode.objects.filter(version_id=node.version_id, kind=LEAF).values_list(
+            "key", "depends_on"
+        )
+    )
+    blocked: set[str] = set()
+    frontier = {node.key}
+    while frontier:
+        frontier = {k for k, deps in depends.items() if set(deps) & frontier} - blocked
+        blocked |= frontier
+    PlanNode.objects.filter(
+        version_id=node.version_id, key__in=blocked, status__in=OPEN_LEAF_STATUSES
+    ).exclude(status=NodeStatus.RUNNING).update(status=NodeStatus.BLOCKED)
+    append_event(
+        "execution.leaf.failed",
+        actor=actor,
+        chain=case_chain(node.version.case_id),
+        data={"node": node.key, "why": why, "blocked": sorted(blocked)},
+    )
+    return sorted(blocked)
+
+
+def stop_at_safe_point(claim: Claim, *, why: str, cancelled: bool) -> Ended:
+    """End an attempt that stopped at a safe point: `cancelled`, or `ready` again after a stop."""
+    with transaction.atomic():
+        try:
+            node, case = _locked_attempt(claim.node_id, claim.attempt)
+        except StaleResult:
+            # Its result is not refused: it has none. The new holder carries on.
+            return Ended(node_id=claim.node_id, status="stale")
+        now = timezone.now()
+        if cancelled or case.status not in RUNNING_CASE_STATUSES:
+            status = NodeStatus.CANCELLED
+            PlanNode.objects.filter(pk=node.pk).update(
+                status=status, finished_at=now, lease_until=None
+            )
+            _end_attempt(node, claim.attempt, LeafAttempt.Outcome.CANCELLED)
+        else:
+            # Stopped before any effect: the next claim (after resume) runs it with the same key.
+            status = NodeStatus.READY
+            PlanNode.objects.filter(pk=node.pk).update(
+                status=status, lease_until=None, enqueued_at=now
+            )
+            _end_attempt(node, claim.attempt, LeafAttempt.Outcome.CANCELLED, error=why)
+        append_event(
+            "execution.leaf.stopped",
+            chain=case_chain(case.pk),
+            data={"node": node.key, "attempt": claim.attempt, "why": why, "after": status},
+        )
+        finish_if_done(case)
+        return Ended(node_id=node.pk, status=status)
+
+
+# Human leaves ---------------------------------------------------------------------------------
+
+
+def open_work_item(claim: Claim, *, group_name: str) -> WorkItem:
+    """Give a running human leaf to its group as a work item (the leaf waits for it)."""
+    from oversight.actions.gates import _group, active_policy
+
+    _, policy = active_policy()
+    with transaction.atomic():
+        node = PlanNode.objects.select_for_update(of=("self",)).get(pk=claim.node_id)
+        if node.status != NodeStatus.RUNNING or node.attempts != claim.attempt:
+            raise StaleResult(f"attempt {claim.attempt} of {node.key} is stale")
+        now = timezone.now()
+        item, created = WorkItem.objects.get_or_create(
+            node=node,
+            attempt=claim.attempt,
+            defaults={
+                "case_id": claim.case_id,
+                "group": _group(group_name),
+                "created_at": now,
+                "deadline": now + timedelta(hours=policy.gate_hours),
+            },
+        )
+        # A person takes hours, not seconds: no lease to expire while the item is open.
+        PlanNode.objects.filter(pk=node.pk).update(lease_until=None)
+        if created:
+            append_event(
+                "execution.work_item.opened",
+                chain=case_chain(claim.case_id),
+                data={"node": node.key, "work_item": item.pk, "group": group_name},
+            )
+            notify.work_item_opened(item)
+        return item
+
+
+def complete_work_item(*, item_id: int, user: User, output: Mapping[str, Any]) -> Ended:
+    """Complete an open work item of the user's group with its output; the leaf succeeds.
+
+    Raises WorkItemConflict when the item is not open (or not for the user's groups), and
+    whatever output validation raises (the runner's schema check, ValueError with the field).
+    """
+    from oversight.runners import check_output
+
+    with transaction.atomic():
+        item = (
+            WorkItem.objects.select_for_update()
+            .select_related("node", "node__version")
+            .filter(pk=item_id, group__in=user.groups.all())
+            .first()
+        )
+        if item is None:
+            raise WorkItemConflict("no such open work item for your groups")
+        if item.status != WorkItem.Status.OPEN:
+            raise WorkItemConflict(f"the work item is {item.status}")
+        if item.case.submitter_id == user.pk:
+            raise WorkItemConflict("you submitted this case: another person must do this step")
+        checked = check_output(item.node, output)
+        item.status = WorkItem.Status.COMPLETED
+        item.completed_by = user
+        item.completed_at = timezone.now()
+        item.output = checked
+        item.save(update_fields=["status", "completed_by", "completed_at", "output"])
+        append_event(
+            "execution.work_item.completed",
+            actor=user,
+            chain=case_chain(item.case_id),
+            data={"work_item": item.pk, "node": item.node.key, "output": checked},
+        )
+        return complete_leaf(item.node_id, item.attempt, checked, kind="human")
+
+
+# Ending the case -------------------------------------------------------------------------------
+
+
+def finish_if_done(case: Case) -> str | None:
+    """End the case once none of its current leaves is open: goal-level verification decides.
+
+    Returns the new status, or None while leaves remain. Call with the case row locked.
+    """
+    if case.status not in RUNNING_CASE_STATUSES or case.current_version_id is None:
+        return None
+    version_id = case.current_version_id
+    if PlanNode.objects.filter(
+        version_id=version_id, kind=LEAF, status__in=OPEN_LEAF_STATUSES
+    ).exists():
+        return None
+    if Gate.objects.filter(version_id=version_id, status__in=OPEN_GATE_STATUSES).exists():
+        return None
+    from oversight.runners import verify_goal
+
+    verdict = verify_goal(case)
+    _end_case(
+        case,
+        CaseStatus.COMPLETED if verdict.passed else CaseStatus.FAILED,
+        reasons=list(verdict.reasons),
+        checks=list(verdict.checks),
+    )
+    return case.status
+
+
+def _end_case(
+    case: Case, status: str, *, reasons: Sequence[str], checks: Sequence[str] = ()
+) -> None:
+    before = case.status
+    now = timezone.now()
+    case.status = status
+    case.finished_at = now
+    case.verification = {
+        "passed": status == CaseStatus.COMPLETED,
+        "reasons": list(reasons),
+        "checks": list(checks),
+    }
+    case.save(update_fields=["status", "finished_at", "verification", "updated_at"])
+    if case.current_version_id is not None:
+        _cancel_open_leaves(case.current_version_id)
+        from oversight.actions.gates import void_open_gates
+
+        void_open_gates(
+            PlanVersion.objects.get(pk=case.current_version_id), why=f"the case is {status}"
+        )
+    append_event(
+        f"planning.case.{status}",
+        chain=case_chain(case.pk),
+        data={
+            "case": case.pk,
+            "before": {"status": before},
+            "after": {"status": status},
+            "verification": case.verification,
+        },
+    )
+    notify.case_finished(case)
+
+
+def _cancel_open_leaves(version_id: int) -> None:
+    PlanNode.objects.filter(
+        version_id=version_id,
+        kind=LEAF,
+        status__in=(
+            NodeStatus.PENDING,
+            NodeStatus.AWAITING_APPROVAL,
+            NodeStatus.READY,
+            NodeStatus.RETRYING,
+        ),
+    ).update(status=NodeStatus.CANCELLED)
+    WorkItem.objects.filter(node__version_id=version_id, status=WorkItem.Status.OPEN).update(
+        status=WorkItem.Status.CANCELLED
+    )
+
+
+@transaction.atomic
+def cancel_case(*, case_id: int, user: User, reason_code: str, reason: str = "") -> Case:
+    """Cancel a case: nothing new starts, queued leaves end `cancelled`, running ones stop at
+    their next safe point (E12).
+
+    Raises CaseNotRunning (409) for a case that already ended, PermissionDenied for a user who
+    may not cancel it, and ReasonInvalid (422) without a valid `cancel` reason code.
+    """
+    from django.core.exceptions import PermissionDenied
+
+    from oversight.actions.gates import check_reason
+    from oversight.roles import ADMIN, OFFICER, SUPERVISOR
+
+    code = check_reason(reason_code, "cancel", required=True)
+    case = Case.objects.select_for_update().get(pk=case_id)
+    may = (
+        case.submitter_id == user.pk
+        or user.groups.filter(name__in=(OFFICER, SUPERVISOR, ADMIN)).exists()
+    )
+    if not may:
+        raise PermissionDenied("only the submitter, compliance officers and admins may cancel")
+    ended = (
+        CaseStatus.COMPLETED,
+        CaseStatus.FAILED,
+        CaseStatus.CANCELLED,
+        CaseStatus.REJECTED,
+        CaseStatus.PLAN_FAILED,
+    )
+    if case.status in ended:
+        raise CaseNotRunning(f"the case is already {case.status}")
+    before = case.status
+    case.status = CaseStatus.CANCELLED
+    case.finished_at = timezone.now()
+    case.save(update_fields=["status", "finished_at", "updated_at"])
+    running = 0
+    if case.current_version_id is not None:
+        running = PlanNode.objects.filter(
+            version_id=case.current_version_id, kind=LEAF, status=NodeStatus.RUNNING
+        ).count()
+        _cancel_open_leaves(case.current_version_id)
+        from oversight.actions.gates import void_open_gates
+
+        void_open_gates(
+            PlanVersion.objects.get(pk=case.current_version_id),
+            why="the case was cancelled",
+            actor=user,
+        )
+    append_event(
+        "planning.case.cancelled",
+        actor=user,
+        chain=case_chain(case.pk),
+        data={
+            "case": case.pk,
+            "reason_code": code.code if code else "",
+            "reason": reason.strip(),
+            "running_leaves": running,
+            "before": {"status": before},
+            "after": {"status": case.status},
+        },
+    )
+    return case
+
+
+# Trust ------------------------------------------------------------------------------------------
+
+
+def effective_trust(agent: Agent, capabilities: Sequence[str]) -> float:
+    """Return the agent's learned trust for `capabilities` (the lowest; the prior without data)."""
+    rows = {s.capability: s for s in TrustScore.objects.filter(agent=agent)}
+    now = timezone.now()
+    scores = []
+    for capability in capabilities or ["*"]:
+        row = rows.get(capability)
+        evidence = trust.Evidence()
+        if row is not None:
+            evidence = trust.Evidence(successes=row.successes, failures=row.failures).decayed(
+                max(0.0, (now - row.updated_at).total_seconds())
+            )
+        scores.append(trust.score(agent.trust, evidence))
+    return min(scores)
+
+
+def record_outcome(agent_slug: str, outcome: trust.Outcome, *, now: datetime) -> None:
+    """Add an outcome to the agent's trust for each of its capabilities (caller's transaction)."""
+    agent = Agent.objects.filter(slug=agent_slug).first()
+    if agent is None:
+        return
+    for capability in list(agent.capabilities) or ["*"]:
+        row = (
+            TrustScore.objects.select_for_update()
+            .filter(agent=agent, capability=capability)
+            .first()
+        )
+        if row is None:
+            evidence = trust.Evidence().adding(outcome)
+            TrustScore.objects.create(
+                agent=agent,
+                capability=capability,
+                successes=evidence.successes,
+                failures=evidence.failures,
+                updated_at=now,
+            )
+            continue
+        evidence = (
+            trust.Evidence(successes=row.successes, failures=row.failures)
+            .decayed(max(0.0, (now - row.updated_at).total_seconds()))
+            .adding(outcome)
+        )
+        row.successes, row.failures, row.updated_at = evidence.successes, evidence.failures, now
+        row.save(update_fields=["successes", "failures", "updated_at"])
+
+
+# The reconciler ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reconciled:
+    """What one reconciler pass did, by leaf id."""
+
+    resent: tuple[int, ...] = ()
+    recovered: tuple[int, ...] = ()
+    timed_out: tuple[int, ...] = ()
+    dead_lettered: tuple[int, ...] = ()
+    retried: tuple[int, ...] = ()
+
+    def as_data(self) -> dict[str, list[int]]:
+        return {
+            "resent": list(self.resent),
+            "recovered": list(self.recovered),
+            "timed_out": list(self.timed_out),
+            "dead_lettered": list(self.dead_lettered),
+            "retried": list(self.retried),
+        }
+
+
+def reconcile_execution(now: datetime | None = None) -> Reconciled:
+    """Recover what messages and workers lost: safe to run often and from two schedulers.
+
+    Re-sends ready leaves sent longer ago than the redispatch delay (a lost message: E3, E4);
+    makes retrying leaves whose wait is over ready; recovers running leaves whose lease expired
+    (a dead or stopped worker: E1, E10) — re-run with the same idempotency key, or, past the hard
+    time limit, timed out (E9), or, after too many deliveries, dead-lettered with an escalation
+    gate (E2). Each leaf is locked with SKIP LOCKED, so two reconcilers never act twice.
+    """
+    now = now or timezone.now()
+    stopped = is_stopped()
+    resent: list[int] = []
+    retried: list[int] = []
+    recovered: list[int] = []
+    timed_out: list[int] = []
+    dead: list[int] = []
+    with transaction.atomic():
+        due = list(
+            PlanNode.objects.select_for_update(skip_locked=True)
+            .filter(status=NodeStatus.RETRYING, next_attempt_at__lte=now)
+            .values_list("pk", flat=True)
+        )
+        for pk in due:
+            PlanNode.objects.filter(pk=pk).update(status=NodeStatus.READY, next_attempt_at=None)
+            retried.append(pk)
+            if not stopped:
+                _send(pk)
+    if not stopped:
+        stale_before = now - timedelta(seconds=redispatch_after_s())
+        with transaction.atomic():
+            lost = list(
+                PlanNode.objects.select_for_update(skip_locked=True)
+                .filter(status=NodeStatus.READY)
+                .filter(Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=stale_before))
+                .values_list("pk", flat=True)
+            )
+            for pk in lost:
+                _send(pk)
+                resent.append(pk)
+    with transaction.atomic():
+        expired = list(
+            PlanNode.objects.select_for_update(of=("self",), skip_locked=True)
+            .select_related("version")
+            .filter(status=NodeStatus.RUNNING, lease_until__lt=now)
+        )
+        for node in expired:
+            case = Case.objects.select_for_update().get(pk=node.version.case_id)
+            chain = case_chain(case.pk)
+            elapsed = (now - node.started_at).total_seconds() if node.started_at else 0.0
+            attempt = node.attempts
+            if case.status not in RUNNING_CASE_STATUSES:
+                PlanNode.objects.filter(pk=node.pk).update(
+                    status=NodeStatus.CANCELLED, lease_until=None, finished_at=now
+                )
+                _end_attempt(node, attempt, LeafAttempt.Outcome.LOST)
+                continue
+            if elapsed >= hard_limit_s():
+                timed_out.append(node.pk)
+                _apply_failure(
+                    node,
+                    case,
+                    attempt,
+                    error_class=ErrorClass.TIMEOUT,
+                    error=f"no result within the hard time limit of {hard_limit_s():g} s",
+                )
+                continue
+            _end_attempt(node, attempt, LeafAttempt.Outcome.LOST, error="lease expired")
+            if attempt >= max_deliveries():
+                dead.append(node.pk)
+                PlanNode.objects.filter(pk=node.pk).update(
+                    status=NodeStatus.AWAITING_APPROVAL,
+                    lease_until=None,
+                    error_class=ErrorClass.POISON,
+                    error=f"dead-lettered: its worker was lost {attempt} times in a row",
+                )
+                append_event(
+                    "execution.leaf.dead_lettered",
+                    chain=chain,
+                    data={"node": node.key, "attempts": attempt},
+                )
+                from oversight.actions.gates import open_escalation_gate
+
+                open_escalation_gate(
+                    node.version,
+                    node,
+                    reason=f"step {node.key} was dead-lettered: its worker was lost {attempt} "
+                    "times; approve to run it once more, reject to fail it",
+                )
+                continue
+            recovered.append(node.pk)
+            PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.READY, lease_until=None)
+            append_event(
+                "execution.leaf.recovered",
+                chain=chain,
+                data={
+                    "node": node.key,
+                    "attempt": attempt,
+                    "why": "its lease expired (worker lost or stopped)",
+                    "before": {"status": "running"},
+                    "after": {"status": "ready"},
+                },
+            )
+            if not stopped:
+                _send(node.pk)
+    return Reconciled(
+        resent=tuple(resent),
+        recovered=tuple(recovered),
+        timed_out=tuple(timed_out),
+        dead_lettered=tuple(dead),
+        retried=tuple(retried),
+    )
+
+
+# The worker's loop ------------------------------------------------------------------------------
+
+
+class _LeaseRenewer(threading.Thread):
+    """Renew a running attempt's lease every third of it, until the hard time limit."""
+
+    def __init__(self, claim: Claim) -> None:
+        super().__init__(name=f"lease-{claim.node_id}", daemon=True)
+        self.claim = claim
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        deadline = time.monotonic() + hard_limit_s()
+        try:
+            while not self.done.wait(lease_s() / 3):
+                # Past the hard limit the lease is left to run out: the reconciler times it out.
+                if time.monotonic() >= deadline:
+                    return
+                try:
+                    if not renew_lease(self.claim.node_id, self.claim.attempt):
+                        return
+                except DatabaseError:
+                    connection.close()
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self.done.set()
+
+
+def _with_database_retry[T](action: Callable[[], T], *, what: str) -> T:
+    """Run `action`, retrying a few times over a lost database connection (E5).
+
+    Each try is a whole transaction, so a connection lost mid-way leaves no half state. Raises the
+    last error when the database stays away: the lease then runs out and the reconciler recovers.
+    """
+    delay = 0.2
+    for attempt in range(1, 6):
+        try:
+            return action()
+        except (OperationalError, InterfaceError):
+            connection.close()
+            if attempt == 5:
+                raise
+            logger.warning("database lost during %s; try %s again in %.1f s", what, attempt, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 3.0)
+    raise AssertionError("unreachable")
+
+
+def _run_claimed(claim: Claim) -> Ended | None:
+    from oversight import runners
+
+    renewer = _LeaseRenewer(claim)
+    renewer.start()
+    try:
+        with runners.soft_time_limit(soft_limit_s()):
+            output = runners.run(claim)
+    except runners.WaitingForPerson:
+        return None
+    except LeafStopped as exc:
+        why, cancelled = str(exc), exc.cancelled
+        return _with_database_retry(
+            lambda: stop_at_safe_point(claim, why=why, cancelled=cancelled),
+            what="stopping a leaf",
+        )
+    except runners.LeafTimeLimit as exc:
+        error_class, error = ErrorClass.TIMEOUT, str(exc)
+    except runners.LeafError as exc:
+        error_class, error = exc.error_class, str(exc)
+    except (OperationalError, InterfaceError) as exc:
+        connection.close()
+        error_class, error = ErrorClass.TRANSIENT, f"database: {exc}"
+    except Exception as exc:
+        logger.exception("leaf %s failed", claim.key)
+        error_class, error = ErrorClass.TOOL_FAILURE, f"{type(exc).__name__}: {exc}"
+    else:
+        return _with_database_retry(
+            lambda: complete_leaf(claim.node_id, claim.attempt, output, kind=claim.kind, keep=1),
+            what="completing a leaf",
+        )
+    finally:
+        renewer.stop()
+    return _with_database_retry(
+        lambda: fail_leaf(claim.node_id, claim.attempt, error_class=error_class, error=error),
+        what="failing a leaf",
+    )
+
+
+def execute_leaf(node_id: int, *, worker: str) -> list[str]:
+    """Claim and run a leaf, then, while time allows, one leaf it made ready, on this worker.
+
+    Returns what happened to each leaf ("12 succeeded", "13 refused: the leaf is running").
+    A duplicate message, a stopped switch or a cancelled case is a refusal, not an error.
+    """
+    started = time.monotonic()
+    outcomes: list[str] = []
+    current: int | None = node_id
+    while current is not None:
+        leaf = current
+        try:
+            claim = _with_database_retry(
+                functools.partial(claim_leaf, leaf, worker=worker), what="claiming a leaf"
+            )
+        except ClaimRefused as exc:
+            outcomes.append(f"{leaf} refused: {exc}")
+            break
+        try:
+            ended = _run_claimed(claim)
+        except StaleResult as exc:
+            outcomes.append(f"{leaf} stale: {exc}")
+            break
+        if ended is None:
+            outcomes.append(f"{leaf} waits for a person")
+            break
+        outcomes.append(f"{leaf} {ended.status}")
+        current = None
+        if ended.ready:
+            kept = ended.ready[0]
+            # Run the kept leaf here while this task has time left; else send it like the rest.
+            if time.monotonic() - started < hard_limit_s():
+                current = kept
+            else:
+                dispatch.send_leaf(kept)
+    return outcomes
