@@ -27,7 +27,14 @@ from django.core.exceptions import (
     RequestDataTooBig,
     SuspiciousOperation,
 )
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    JsonResponse,
+    QueryDict,
+)
 from django.urls import URLPattern, URLResolver, register_converter
 from django.urls.converters import PathConverter
 from django.utils.datastructures import MultiValueDict
@@ -440,6 +447,9 @@ def create_token(request: HttpRequest, credentials: TokenIn) -> Any:
     """
     # authenticate() sends user_login_failed on bad credentials, which the audit trail records;
     # django-axes refuses it before any password check once the account or address is locked.
+    # axes also stores a failed attempt's form fields: the body is JSON whatever Content-Type
+    # says, so it gets none (a multipart type without a boundary would raise, not answer 400).
+    request.POST = QueryDict()
     user = authenticate(request, username=credentials.username, password=credentials.password)
     if getattr(request, "axes_locked_out", False):
         return throttled_response(request, credentials={"username": credentials.username})
