@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from oversight.actions.execution import Claim, ErrorClass, LeafStopped, check_safe_point
 from planning.catalogue import all_tool_specs, registered_packs
-from planning.core.catalogue import DomainPack, ToolCall, ToolSpec
+from planning.core.catalogue import DomainPack, ToolCall, ToolSpec, TransientToolError
 from planning.core.errors import PlanInvalid, flatten_errors
 from planning.core.validation import resolve_inputs
 from planning.models import Agent, Case, NodeStatus, PlanNode
@@ -232,17 +232,13 @@ def run_tool(
     return result.model_dump(mode="json")
 
 
-class TransientToolError(Exception):
-    """A tool's failure that may go away (a timeout upstream, a busy service): retry may help."""
-
-
 def _is_transient(exc: BaseException) -> bool:
     from django.db import InterfaceError, OperationalError
 
     if isinstance(exc, OperationalError | InterfaceError | ConnectionError | TimeoutError):
         connection.close()
         return True
-    return type(exc).__name__ in {"TransientToolError"}
+    return False
 
 
 def _checkpoint(claim: Claim) -> Callable[[], None]:

@@ -137,7 +137,9 @@ def _database_url(settings_dict: dict[str, Any]) -> str:
 class WorkerProcess:
     """A `celery worker` subprocess on the test database and the configured broker."""
 
-    def __init__(self, extra_env: dict[str, str] | None = None, concurrency: int = 4) -> None:
+    def __init__(
+        self, extra_env: dict[str, str] | None = None, concurrency: int = 4, pool: str = "threads"
+    ) -> None:
         from django.db import connection
 
         self.env = {
@@ -147,7 +149,8 @@ class WorkerProcess:
             **(extra_env or {}),
         }
         self.concurrency = concurrency
-        self.log_path = ROOT / "var" / f"test-worker-{os.getpid()}.log"
+        self.pool = pool
+        self.log_path = ROOT / "var" / f"test-worker-{os.getpid()}-{id(self):x}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, *, purge: bool = True) -> WorkerProcess:
@@ -160,7 +163,7 @@ class WorkerProcess:
         self.process = subprocess.Popen(
             [
                 sys.executable, "-m", "celery", "-A", "casehub", "worker",
-                "--loglevel", "INFO", "--pool", "threads",
+                "--loglevel", "INFO", "--pool", self.pool,
                 "--concurrency", str(self.concurrency),
                 "--hostname", f"test-{os.getpid()}@%h", "--without-mingle", "--without-gossip",
             ],
@@ -183,11 +186,17 @@ class WorkerProcess:
             self.process.wait()
 
 
-def running_worker(extra_env: dict[str, str] | None = None, *, purge: bool = True) -> WorkerProcess:
+def running_worker(
+    extra_env: dict[str, str] | None = None,
+    *,
+    purge: bool = True,
+    concurrency: int = 4,
+    pool: str = "threads",
+) -> WorkerProcess:
     """Start a worker and wait until it answers a ping (purge=False keeps queued tasks)."""
     from oversight.tasks import ping
 
-    worker = WorkerProcess(extra_env).start(purge=purge)
+    worker = WorkerProcess(extra_env, concurrency=concurrency, pool=pool).start(purge=purge)
     deadline = time.monotonic() + 60
     while True:
         try:

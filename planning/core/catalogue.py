@@ -29,6 +29,10 @@ TOOL_RISKS: tuple[ToolRisk, ...] = ("read", "write", "financial", "external", "d
 AGENT_KINDS: tuple[AgentKind, ...] = ("tool", "llm", "human")
 
 
+class TransientToolError(Exception):
+    """A tool's failure that may go away (a busy or unreachable upstream): a retry may help."""
+
+
 def _no_checkpoint() -> None:
     return None
 
