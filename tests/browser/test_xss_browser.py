@@ -136,7 +136,7 @@ def hostile_case(fake_openai: FakeOpenAIServer, analyst: Any, officer: Any) -> C
         reason=f"Reason {HOSTILE}",
     )
     case.refresh_from_db()
-    _with_expected_output(case, "sub.deep", f"Output {HOSTILE}")
+    _with_expected_output(case, "sub.deep", f"Output {SCRIPT}{IMG}")  # at most 100 characters
     case.refresh_from_db()
     return case
 

@@ -20,7 +20,9 @@ def production_env(var_dir: Path) -> dict[str, str]:
     env = {
         key: value
         for key, value in os.environ.items()
+        # DJANGO_ALLOW_ASYNC_UNSAFE: the browser tests set it in this process; never in production.
         if not key.startswith(("SECURE_", "CASEHUB_", "DEBUG", "SECRET_KEY", "ALLOWED_HOSTS"))
+        and key != "DJANGO_ALLOW_ASYNC_UNSAFE"
     }
     env.update(
         SECRET_KEY=secrets.token_urlsafe(64),
