@@ -15,7 +15,12 @@ an explanatory error (so a test that forgot to script a reply fails loudly).
 
 A reply is a ``str`` (the assistant message content), a ``dict``/``list`` (serialised to JSON and
 used as the content) or a :class:`FakeReply` (content plus status code, token counts, extra
-latency, ``finish_reason``). ``refuse_json_schema=True`` makes the server answer every
+latency, ``finish_reason``, tool calls, a connection reset, a ``Retry-After``).
+``FakeReply(tool_calls=[{"name": ..., "arguments": {...}}])`` answers with function calls instead of
+content (``finish_reason: "tool_calls"``; arguments may be a dict or JSON text, ids are made up
+when absent); ``FakeReply(reset=True)`` drops the connection with a TCP reset and answers nothing;
+``retry_after_s`` sends ``retry-after-ms`` with an error status (so retries need not wait the SDK's
+backoff). ``refuse_json_schema=True`` makes the server answer every
 ``json_schema`` request with HTTP 400, as servers without structured output support do;
 ``refuse_response_schema=True`` refuses a ``schema`` inside a ``json_object`` response format.
 Every request is recorded as a :class:`RecordedRequest` (body, messages, monotonic start
@@ -34,6 +39,8 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import socket
+import struct
 import threading
 import time
 import urllib.request
@@ -70,6 +77,10 @@ class FakeReply:
     error_message: str = "fake server error"
     should_retry: bool | None = None  # sent as ``x-should-retry``; None: the client decides
     finish_reason: str = "stop"  # "length": the answer was cut off at max_tokens
+    # function calls instead of content: {"name", "arguments" (dict or JSON text), "id"?}
+    tool_calls: tuple[Mapping[str, Any], ...] | list[Mapping[str, Any]] = ()
+    reset: bool = False  # drop the connection with a TCP reset, answer nothing
+    retry_after_s: float | None = None  # sent as ``retry-after-ms`` with an error status
 
 
 Reply = str | dict[str, Any] | list[Any] | FakeReply
@@ -126,6 +137,17 @@ class RecordedRequest:
         """Return the ``max_tokens`` the client asked for (None when absent)."""
         value = self.body.get("max_tokens")
         return value if isinstance(value, int) else None
+
+    @property
+    def tools(self) -> list[str]:
+        """Return the names of the functions the client offered ([] when none)."""
+        tools = self.body.get("tools") or []
+        return [str(t.get("function", {}).get("name", "")) for t in tools if isinstance(t, dict)]
+
+    @property
+    def tool_choice(self) -> Any:
+        """Return the ``tool_choice`` the client asked for (None when absent)."""
+        return self.body.get("tool_choice")
 
     @property
     def json_schema(self) -> dict[str, Any]:
@@ -447,9 +469,16 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             delay = server.latency_s + reply.extra_latency_s
             if delay > 0:
                 time.sleep(delay)
+            if reply.reset:
+                self._reset(record)
+                return
             if reply.status != 200:
                 self._send(
-                    reply.status, _error(reply.error_message), record, retry=reply.should_retry
+                    reply.status,
+                    _error(reply.error_message),
+                    record,
+                    retry=reply.should_retry,
+                    retry_after_s=reply.retry_after_s,
                 )
                 return
             prompt_text = "".join(_text(m) for m in record.messages)
@@ -464,6 +493,13 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 else _estimate_tokens(reply.content)
             )
             record.reply_content = reply.content
+            message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+            finish_reason = reply.finish_reason
+            if reply.tool_calls:
+                message["content"] = reply.content or None
+                message["tool_calls"] = _tool_calls(reply.tool_calls, record.index)
+                finish_reason = "tool_calls" if finish_reason == "stop" else finish_reason
+                record.reply_content = json.dumps(message["tool_calls"])
             payload = {
                 "id": f"chatcmpl-fake-{record.index}",
                 "object": "chat.completion",
@@ -472,8 +508,8 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": reply.content},
-                        "finish_reason": reply.finish_reason,
+                        "message": message,
+                        "finish_reason": finish_reason,
                         "logprobs": None,
                     }
                 ],
@@ -492,6 +528,7 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             record: RecordedRequest,
             *,
             retry: bool | None = None,
+            retry_after_s: float | None = None,
         ) -> None:
             data = json.dumps(payload).encode()
             record.status = status
@@ -501,10 +538,38 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(data)))
             if retry is not None:
                 self.send_header("x-should-retry", "true" if retry else "false")
+            if retry_after_s is not None:
+                self.send_header("retry-after-ms", str(round(retry_after_s * 1000)))
             self.end_headers()
             self.wfile.write(data)
 
+        def _reset(self, record: RecordedRequest) -> None:
+            # SO_LINGER with a zero timeout makes close() send RST instead of FIN: the client
+            # sees "connection reset by peer" with no answer at all
+            record.status = 0
+            record.finished_at = time.monotonic()
+            self.close_connection = True
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+
     return Handler
+
+
+def _tool_calls(calls: Any, index: int) -> list[dict[str, Any]]:
+    out = []
+    for position, call in enumerate(calls):
+        arguments = call.get("arguments", {})
+        out.append(
+            {
+                "id": str(call.get("id") or f"call-{index}-{position}"),
+                "type": "function",
+                "function": {
+                    "name": str(call.get("name", "")),
+                    "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+                },
+            }
+        )
+    return out
 
 
 def _error(message: str) -> dict[str, Any]:

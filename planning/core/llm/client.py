@@ -19,6 +19,11 @@ Structured output steps down, once per client, when the server refuses a form of
 form llama.cpp's servers turn into a grammar) and in the system prompt; then plain ``json_object``
 with the schema in the system prompt only. ``response_format="json_object"`` starts at the second
 form. The answer is validated the same way whatever the server enforced.
+
+:meth:`LlmClient.complete_with_tools` is the same call with function calling (``tools``,
+``tool_choice``): the answer is either the tool calls the model asks for (name, arguments as the
+model wrote them, id) or a final JSON answer validated like ``complete_json``'s. The caller runs
+the tools and calls again with their results; the client keeps no conversation of its own.
 """
 
 from __future__ import annotations
@@ -41,12 +46,16 @@ from planning.core.serialize import canonical_json
 
 __all__ = [
     "ChatMessage",
+    "LlmCallFailed",
     "LlmCallRecord",
     "LlmClient",
     "LlmNotConfigured",
     "LlmResult",
     "LlmSettings",
+    "LlmToolCall",
+    "LlmToolsResult",
     "ResponseFormat",
+    "ToolDefinition",
     "extract_json",
     "format_problems",
     "format_validation_error",
@@ -63,6 +72,9 @@ _OPENAI_BASE_URL = "https://api.openai.com/v1"
 _PLACEHOLDER_KEY = "not-needed"
 
 type ChatMessage = Mapping[str, str]
+# a message of a function-calling conversation: an assistant's `tool_calls` list, a tool's answer
+type ConversationMessage = Mapping[str, Any]
+type ToolChoice = Literal["auto", "none", "required"]
 type ResponseFormat = Literal["json_schema", "json_object"]
 
 RESPONSE_FORMATS: tuple[ResponseFormat, ...] = ("json_schema", "json_object")
@@ -86,6 +98,14 @@ class LlmNotConfigured(LlmPlanningError):
             "OpenAI-compatible server: Azure, vLLM, Ollama, llama.cpp; add OPENAI_API_KEY if it "
             "needs one), and CASEHUB_LLM_MODEL to choose the model."
         )
+
+
+class LlmCallFailed(LlmPlanningError):
+    """The call itself failed; `transient` tells a retry later may help (timeout, 429, 5xx)."""
+
+    def __init__(self, message: str, *, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,7 +161,7 @@ class LlmCallRecord:
     model: str
     schema_name: str
     request_hash: str
-    messages: tuple[Mapping[str, str], ...]
+    messages: tuple[Mapping[str, Any], ...]
     response_text: str
     prompt_tokens: int
     completion_tokens: int
@@ -182,13 +202,85 @@ class LlmResult[T]:
         return self.prompt_tokens + self.completion_tokens
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolDefinition:
+    """A function the model may call: its name, what it does, and its arguments' JSON schema."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+    def as_request(self) -> dict[str, Any]:
+        """Return the definition in the form Chat Completions takes in ``tools``."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.parameters),
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LlmToolCall:
+    """One function call the model asks for; `arguments` is the JSON text it wrote, unchecked."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def as_message(self) -> dict[str, Any]:
+        """Return the call as it goes back to the model in the assistant message."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LlmToolsResult[T]:
+    """The answer to a call with tools: the tool calls asked for, or the final validated answer.
+
+    With `tool_calls` set, `parsed` and `validation_error` are None: there is no final answer yet.
+    """
+
+    call_id: str
+    model: str
+    request_hash: str
+    text: str
+    tool_calls: tuple[LlmToolCall, ...]
+    parsed: T | None
+    validation_error: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    finish_reason: str = ""
+    truncated: bool = False
+    max_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Return prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+    def assistant_message(self) -> dict[str, Any]:
+        """Return the assistant message that carries these tool calls back to the model."""
+        return {
+            "role": "assistant",
+            "content": self.text or None,
+            "tool_calls": [call.as_message() for call in self.tool_calls],
+        }
+
+
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def request_hash(
     model: str,
-    messages: Sequence[ChatMessage],
+    messages: Sequence[ConversationMessage],
     schema_name: str,
     json_schema: Mapping[str, Any],
 ) -> str:
@@ -304,8 +396,19 @@ def parse_response[T](text: str, validate: Callable[[Any], T]) -> tuple[T | None
 # -- the client ---------------------------------------------------------------------------------
 
 
+class _Function(BaseModel):
+    name: str = ""
+    arguments: str | dict[str, Any] | None = None  # JSON text; some servers send the object
+
+
+class _ToolCall(BaseModel):
+    id: str | None = None
+    function: _Function = _Function()
+
+
 class _Message(BaseModel):
     content: str | None = None
+    tool_calls: list[_ToolCall] | None = None
 
 
 class _Choice(BaseModel):
@@ -335,8 +438,8 @@ def schema_instructions(schema_name: str, json_schema: Mapping[str, Any]) -> str
 
 
 def with_schema_in_prompt(
-    messages: Sequence[ChatMessage], schema_name: str, json_schema: Mapping[str, Any]
-) -> list[dict[str, str]]:
+    messages: Sequence[ConversationMessage], schema_name: str, json_schema: Mapping[str, Any]
+) -> list[dict[str, Any]]:
     """Return the messages with the schema appended to the system message (or one added)."""
     text = schema_instructions(schema_name, json_schema)
     out = [dict(m) for m in messages]
@@ -411,14 +514,18 @@ class LlmClient:
 
     def _body(
         self,
-        messages: Sequence[ChatMessage],
+        messages: Sequence[ConversationMessage],
         schema_name: str,
-        schema: Mapping[str, Any],
+        schema: Mapping[str, Any] | None,
         max_tokens: int,
         form: int,
-    ) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         format_: dict[str, Any]
-        if form == _JSON_SCHEMA:
+        if schema is None:
+            # any JSON object will do: there is no schema to enforce, only the object itself
+            sent = [dict(m) for m in messages]
+            format_ = {"type": "json_object"}
+        elif form == _JSON_SCHEMA:
             sent = [dict(m) for m in messages]
             format_ = {
                 "type": "json_schema",
@@ -436,6 +543,46 @@ class LlmClient:
             "response_format": format_,
         }
         return body, sent
+
+    def _exchange(
+        self,
+        build: Callable[[int], tuple[dict[str, Any], list[dict[str, Any]]]],
+        sent: list[dict[str, Any]],
+    ) -> _Completion:
+        """Post the request `build(form)` makes, stepping down on a refusal; parse the answer.
+
+        `sent` is filled with the messages of the last request (also when the call fails, for the
+        record). Raises openai.OpenAIError or pydantic.ValidationError.
+        """
+        form = self._form
+        while True:
+            body, messages = build(form)
+            sent[:] = messages
+            try:
+                raw = self._post(body)
+                break
+            except openai.APIStatusError as exc:
+                if self._bound_key == "max_tokens" and _wants_completion_tokens(exc):
+                    self._bound_key = "max_completion_tokens"
+                elif form < _JSON_OBJECT and _refuses_structured_output(exc):
+                    # the server cannot do this form of structured output: ask again, and
+                    # from now on, with the next weaker one (validated the same way)
+                    form += 1
+                    with self._lock:
+                        self._form = max(self._form, form)
+                else:
+                    raise
+        return _Completion.model_validate_json(raw)
+
+    def _begin(self, call_id: str, max_tokens: int | None) -> tuple[str, int]:
+        if self._closed:
+            raise LlmPlanningError("the LLM client is closed")
+        ceiling = self.settings.max_tokens_per_call
+        bound = ceiling if max_tokens is None else max(1, min(max_tokens, ceiling))
+        with self._lock:
+            self._calls += 1
+            label = call_id or f"call-{self._calls}"
+        return label, bound
 
     def complete_json[T](
         self,
@@ -460,40 +607,19 @@ class LlmClient:
         """
         schema = dict(json_schema)
         digest = digest or self.request_hash(messages, schema_name, schema)
-        ceiling = self.settings.max_tokens_per_call
-        bound = ceiling if max_tokens is None else max(1, min(max_tokens, ceiling))
-        if self._closed:
-            raise LlmPlanningError("the LLM client is closed")
-        with self._lock:
-            self._calls += 1
-            label = call_id or f"call-{self._calls}"
-        form = self._form
-        body, sent = self._body(messages, schema_name, schema, bound, form)
+        label, bound = self._begin(call_id, max_tokens)
+        sent: list[dict[str, Any]] = [dict(m) for m in messages]
         started_at = time.time()
         started = time.perf_counter()
         try:
-            while True:
-                try:
-                    raw = self._post(body)
-                    break
-                except openai.APIStatusError as exc:
-                    if self._bound_key == "max_tokens" and _wants_completion_tokens(exc):
-                        self._bound_key = "max_completion_tokens"
-                    elif form < _JSON_OBJECT and _refuses_structured_output(exc):
-                        # the server cannot do this form of structured output: ask again, and
-                        # from now on, with the next weaker one (validated the same way)
-                        form += 1
-                        with self._lock:
-                            self._form = max(self._form, form)
-                    else:
-                        raise
-                body, sent = self._body(messages, schema_name, schema, bound, form)
-            completion = _Completion.model_validate_json(raw)
+            completion = self._exchange(
+                lambda form: self._body(messages, schema_name, schema, bound, form), sent
+            )
         except (openai.OpenAIError, ValidationError) as exc:
             latency = time.perf_counter() - started
             error = f"LLM call to model {self.model!r} failed: {_describe(exc)}"
             self._report(label, schema_name, digest, sent, "", 0, 0, latency, started_at, error)
-            raise LlmPlanningError(error) from exc
+            raise LlmCallFailed(error, transient=_is_transient(exc)) from exc
         latency = time.perf_counter() - started
         choice = completion.choices[0] if completion.choices else None
         text = (choice.message.content or "") if choice is not None else ""
@@ -533,6 +659,112 @@ class LlmClient:
             max_tokens=bound,
         )
 
+    def complete_with_tools[T](
+        self,
+        messages: Sequence[ConversationMessage],
+        validate: Callable[[Any], T],
+        *,
+        tools: Sequence[ToolDefinition],
+        schema_name: str,
+        json_schema: Mapping[str, Any] | None,
+        tool_choice: ToolChoice = "auto",
+        call_id: str = "",
+        max_tokens: int | None = None,
+    ) -> LlmToolsResult[T]:
+        """Ask for tool calls or a final JSON answer, offering only ``tools``.
+
+        ``messages`` may carry earlier rounds (assistant messages with ``tool_calls``, ``tool``
+        messages with their results). The final answer is asked for like ``complete_json``'s:
+        matching ``json_schema``, or any JSON object when it is None, then checked with
+        ``validate``. Tool calls come back as the model wrote them: the caller checks that each is
+        one it offered and validates the arguments. Same timeout, retries, ``max_tokens`` bound
+        and ``on_call`` record as ``complete_json`` (the record's response is the content, or the
+        tool calls as JSON). Raises LlmCallFailed when the call itself fails (``transient`` after
+        the bounded retries of a timeout, reset, 429 or 5xx; not transient for a refusal, HTTP 4xx).
+        """
+        schema = None if json_schema is None else dict(json_schema)
+        offered = [tool.as_request() for tool in tools]
+        digest = request_hash(
+            self.model,
+            messages,
+            schema_name,
+            {"response": schema or {}, "tools": offered, "tool_choice": tool_choice},
+        )
+        label, bound = self._begin(call_id, max_tokens)
+        sent: list[dict[str, Any]] = [dict(m) for m in messages]
+
+        def build(form: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+            body, messages_sent = self._body(messages, schema_name, schema, bound, form)
+            if offered:  # servers refuse an empty list of tools
+                body["tools"] = offered
+                body["tool_choice"] = tool_choice
+            return body, messages_sent
+
+        started_at = time.time()
+        started = time.perf_counter()
+        try:
+            completion = self._exchange(build, sent)
+        except (openai.OpenAIError, ValidationError) as exc:
+            latency = time.perf_counter() - started
+            error = f"LLM call to model {self.model!r} failed: {_describe(exc)}"
+            self._report(label, schema_name, digest, sent, "", 0, 0, latency, started_at, error)
+            raise LlmCallFailed(error, transient=_is_transient(exc)) from exc
+        latency = time.perf_counter() - started
+        choice = completion.choices[0] if completion.choices else None
+        text = (choice.message.content or "") if choice is not None else ""
+        finish_reason = (choice.finish_reason or "") if choice is not None else ""
+        calls = _tool_calls(choice.message.tool_calls or []) if choice is not None else ()
+        usage = completion.usage or _Usage()
+        prompt_tokens, completion_tokens = usage.prompt_tokens or 0, usage.completion_tokens or 0
+        truncated = finish_reason == "length"
+        parsed: T | None = None
+        validation_error: str | None = None
+        if truncated:
+            # cut off: neither a final answer nor tool calls whose arguments may be whole
+            calls = ()
+            validation_error = _truncation_error(bound, len(text))
+        elif not calls:
+            parsed, validation_error = parse_response(text, validate)
+        response_text = (
+            canonical_json(
+                {
+                    "content": text,
+                    "tool_calls": [
+                        {"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls
+                    ],
+                }
+            )
+            if calls
+            else text
+        )
+        self._report(
+            label,
+            schema_name,
+            digest,
+            sent,
+            response_text,
+            prompt_tokens,
+            completion_tokens,
+            latency,
+            started_at,
+            validation_error,
+        )
+        return LlmToolsResult(
+            call_id=label,
+            model=self.model,
+            request_hash=digest,
+            text=text,
+            tool_calls=calls,
+            parsed=parsed,
+            validation_error=validation_error,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            latency_s=latency,
+            finish_reason=finish_reason,
+            truncated=truncated,
+            max_tokens=bound,
+        )
+
     def _post(self, body: Mapping[str, Any]) -> bytes:
         # `post` is the SDK's own request path (retries, timeout, errors) without
         # `chat.completions.create`'s parameter transform and typed result, which walk every
@@ -544,7 +776,7 @@ class LlmClient:
         call_id: str,
         schema_name: str,
         digest: str,
-        messages: Sequence[ChatMessage],
+        messages: Sequence[ConversationMessage],
         text: str,
         prompt_tokens: int,
         completion_tokens: int,
@@ -569,6 +801,27 @@ class LlmClient:
                 error=error,
             )
         )
+
+
+def _tool_calls(raw: Sequence[_ToolCall]) -> tuple[LlmToolCall, ...]:
+    calls = []
+    for position, call in enumerate(raw):
+        arguments = call.function.arguments
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
+        # a server that gives no id still needs one per call: the tool answers refer to it
+        calls.append(
+            LlmToolCall(id=call.id or f"call-{position}", name=call.function.name, arguments=text)
+        )
+    return tuple(calls)
+
+
+def _is_transient(exc: openai.OpenAIError | ValidationError) -> bool:
+    """Tell whether a failed call may succeed later (timeout, connection, 408/409/429, 5xx)."""
+    if isinstance(exc, openai.APITimeoutError | openai.APIConnectionError):
+        return True
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code >= 500 or exc.status_code in (408, 409, 429)
+    return False
 
 
 def _truncation_error(max_tokens: int, chars: int) -> str:
