@@ -1,0 +1,104 @@
+"""A Celery worker that times each execution step and counts its SQL queries (bench only).
+
+``python -m bench.execution_profile VAR_DIR [celery worker options]`` sets Django up, wraps the
+execution functions a leaf goes through (claim, run, complete and what they call, the send to
+the broker) with timers, then starts ``celery -A casehub worker`` in the same process: the pool
+children fork with the wrappers in place. Each call appends a line to
+``VAR_DIR/profile-<pid>.jsonl``: the phase, its milliseconds and the SQL queries of the
+worker's thread during it (calls nest: `complete_leaf` contains `release_ready`, which
+contains `append_event` …). Nothing in the application changes.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+_counts = threading.local()
+_files: dict[int, Any] = {}
+
+
+def _queries() -> int:
+    return int(getattr(_counts, "n", 0))
+
+
+def _count(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+    _counts.n = _queries() + 1
+    return execute(sql, params, many, context)
+
+
+def _write(var_dir: Path, row: dict[str, Any]) -> None:
+    pid = os.getpid()
+    handle = _files.get(pid)
+    if handle is None:
+        handle = _files[pid] = (var_dir / f"profile-{pid}.jsonl").open("a", buffering=1)
+    handle.write(json.dumps(row) + "\n")
+
+
+def _timed(var_dir: Path, phase: str, func: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started, before = time.perf_counter(), _queries()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                ms = (time.perf_counter() - started) * 1000
+                _write(var_dir, {"phase": phase, "ms": ms, "queries": _queries() - before})
+
+    return wrapper
+
+
+def install(var_dir: Path) -> None:
+    """Wrap the execution path's functions with timers and count queries on every connection."""
+    import django
+
+    django.setup()
+    from django.db.backends.signals import connection_created
+
+    from oversight import dispatch, runners
+    from oversight.actions import execution
+
+    def on_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
+        if _count not in connection.execute_wrappers:
+            connection.execute_wrappers.append(_count)
+
+    connection_created.connect(on_connection, weak=False)
+    for module, names in (
+        (
+            execution,
+            (
+                "execute_leaf",
+                "claim_leaf",
+                "_approval_problem",
+                "_routing",
+                "is_stopped",
+                "complete_leaf",
+                "_dependents",
+                "release_ready",
+                "finish_if_done",
+                "record_outcome",
+                "append_event",
+            ),
+        ),
+        (runners, ("run", "upstream_outputs", "run_tool", "check_output")),
+        (dispatch, ("send_leaf",)),
+    ):
+        for name in names:
+            label = f"{module.__name__.rsplit('.', 1)[-1]}.{name}"
+            setattr(module, name, _timed(var_dir, label, getattr(module, name)))
+
+
+if __name__ == "__main__":
+    install(Path(sys.argv[1]))
+    from celery.bin.celery import main
+
+    sys.argv = ["celery", "-A", "casehub", "worker", *sys.argv[2:]]
+    main()
