@@ -264,6 +264,8 @@ CASEHUB_LLM_MAX_TOKENS_PER_CALL = env_int("CASEHUB_LLM_MAX_TOKENS_PER_CALL", 204
 CASEHUB_LLM_RESPONSE_FORMAT = env_choice(
     "CASEHUB_LLM_RESPONSE_FORMAT", ("json_schema", "json_object"), "json_schema"
 )
+# Model calls an `llm` agent may make for one leaf (tool rounds and its answer); more fails it.
+CASEHUB_LLM_AGENT_MAX_ROUNDS = env_int("CASEHUB_LLM_AGENT_MAX_ROUNDS", 4, minimum=1)
 # Budgets of one planning run: exceeding one fails planning cleanly.
 CASEHUB_LLM_MAX_CALLS = env_int("CASEHUB_LLM_MAX_CALLS", 60, minimum=1)
 CASEHUB_LLM_MAX_TOKENS = env_int("CASEHUB_LLM_MAX_TOKENS", 500_000, minimum=1)

@@ -189,27 +189,57 @@ def run_tool(
     invalid_input for inputs the tool's schema refuses (hostile arguments never reach the tool:
     L3), tool_failure for a tool that raised, transient for a lost database connection.
     """
-    if node.tool not in agent.tools:
-        raise LeafError(
-            ErrorClass.POLICY_DENIAL, f"tool {node.tool} is not on {agent.slug}'s allow-list"
-        )
-    spec: ToolSpec | None = all_tool_specs().get(node.tool)
-    pack = _pack_of_tool(node.tool)
-    if spec is None or pack is None:
-        raise LeafError(ErrorClass.POLICY_DENIAL, f"tool {node.tool} is not registered")
+    spec, pack = allowed_tool(agent, node.tool)
     try:
         inputs = resolve_inputs(node.inputs if isinstance(node.inputs, dict) else {}, outputs)
     except PlanInvalid as exc:
         raise LeafError(ErrorClass.INVALID_INPUT, str(exc)) from exc
+    return call_tool(claim, spec, pack, inputs, idempotency_key=claim.idempotency_key)
+
+
+def allowed_tool(agent: Agent, name: str) -> tuple[ToolSpec, DomainPack]:
+    """Return a tool the agent may call, with its pack.
+
+    Raises LeafError(policy_denial) for a tool outside the agent's allow-list or not registered.
+    """
+    if name not in agent.tools:
+        raise LeafError(
+            ErrorClass.POLICY_DENIAL, f"tool {name} is not on {agent.slug}'s allow-list"
+        )
+    spec: ToolSpec | None = all_tool_specs().get(name)
+    pack = _pack_of_tool(name)
+    if spec is None or pack is None:
+        raise LeafError(ErrorClass.POLICY_DENIAL, f"tool {name} is not registered")
+    return spec, pack
+
+
+def call_tool(
+    claim: Claim,
+    spec: ToolSpec,
+    pack: DomainPack,
+    inputs: Mapping[str, Any],
+    *,
+    idempotency_key: str,
+    what: str = "inputs",
+) -> dict[str, Any]:
+    """Validate `inputs` with the tool's schema, call it, and return its output as JSON data.
+
+    The tool acts through its pack's port bound to `idempotency_key` (an effect recorded under it
+    does not happen again) and to the leaf's safe point. Both kinds of agent call tools here:
+    a `tool` leaf with the leaf's key, an `llm` leaf with the leaf's key and the call's position.
+    Raises LeafError: invalid_input for inputs the schema refuses (naming `what`), tool_failure
+    for a tool that raised or returned bad output, transient for a failure that may go away;
+    LeafStopped at the safe point.
+    """
     try:
-        arguments = spec.input_model.model_validate(inputs)
+        arguments = spec.input_model.model_validate(dict(inputs))
     except ValidationError as exc:
-        problems = flatten_errors(exc.errors(), "inputs")
+        problems = flatten_errors(exc.errors(), what)
         detail = "; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(problems.items()))
         raise LeafError(
-            ErrorClass.INVALID_INPUT, f"{node.tool} refused its inputs: {detail}"
+            ErrorClass.INVALID_INPUT, f"{spec.name} refused its {what}: {detail}"
         ) from exc
-    call = ToolCall(idempotency_key=claim.idempotency_key, checkpoint=_checkpoint(claim))
+    call = ToolCall(idempotency_key=idempotency_key, checkpoint=_checkpoint(claim))
     from planning.catalogue import data_port
 
     port = data_port(pack, call=call)
@@ -222,13 +252,13 @@ def run_tool(
     except (LeafStopped, LeafTimeLimit, LeafError):
         raise
     except ValidationError as exc:
-        raise LeafError(ErrorClass.TOOL_FAILURE, f"{node.tool} returned bad output: {exc}") from exc
+        raise LeafError(ErrorClass.TOOL_FAILURE, f"{spec.name} returned bad output: {exc}") from exc
     except TransientToolError as exc:
-        raise LeafError(ErrorClass.TRANSIENT, f"{node.tool}: {exc}") from exc
+        raise LeafError(ErrorClass.TRANSIENT, f"{spec.name}: {exc}") from exc
     except Exception as exc:
         if _is_transient(exc):
-            raise LeafError(ErrorClass.TRANSIENT, f"{node.tool}: {exc}") from exc
-        raise LeafError(ErrorClass.TOOL_FAILURE, f"{node.tool} failed: {exc}") from exc
+            raise LeafError(ErrorClass.TRANSIENT, f"{spec.name}: {exc}") from exc
+        raise LeafError(ErrorClass.TOOL_FAILURE, f"{spec.name} failed: {exc}") from exc
     return result.model_dump(mode="json")
 
 
