@@ -47,6 +47,7 @@ from pydantic import ConfigDict
 
 from oversight.actions import edits, gates
 from oversight.api import router as oversight_router
+from oversight.api.execution import router as execution_router
 from oversight.api.gates import router as gates_router
 from oversight.api.plans import router as plans_router
 from oversight.denials import record_denial
@@ -520,6 +521,7 @@ api.add_router("", planning_router)
 api.add_router("", oversight_router)
 api.add_router("", plans_router)
 api.add_router("", gates_router)
+api.add_router("", execution_router)
 
 
 class _AnyPathConverter(PathConverter):

@@ -16,6 +16,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from oversight.actions.execution import effective_trust
 from oversight.actions.gates import ReasonInvalid, active_policy
 from oversight.actions.policies import (
     PolicyConflict,
@@ -29,7 +30,7 @@ from oversight.actions.policies import (
 )
 from oversight.audit import SYSTEM_CHAIN, append_event
 from oversight.forms import SETTING_HELP, PolicyActionForm, PolicyProposalForm, ReasonCodeForm
-from oversight.models import PolicyVersion, ReasonCode, WorkerHeartbeat
+from oversight.models import PolicyVersion, ReasonCode, TrustScore, WorkerHeartbeat
 from oversight.policy import PolicySettings, loosening
 from planning.actions import revoke_api_tokens
 
@@ -51,6 +52,23 @@ class WorkerHeartbeatAdmin(ReadOnlyAdmin):
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.has_perm("oversight.configure")
+
+
+@admin.register(TrustScore)
+class TrustScoreAdmin(ReadOnlyAdmin):
+    """Learned trust per agent and capability, read only: outcomes of runs write it."""
+
+    list_display = ("agent", "capability", "successes", "failures", "current_trust", "updated_at")
+    list_filter = ("agent",)
+    list_select_related = ("agent",)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("oversight.configure")
+
+    @admin.display(description="current trust")
+    def current_trust(self, score: TrustScore) -> str:
+        # The trust routing uses now: the agent's prior and this capability's decayed evidence.
+        return f"{effective_trust(score.agent, [score.capability]):.3f}"
 
 
 # Gating policy versions and reason codes (RELIABILITY R6, R10, O10) -------------------------

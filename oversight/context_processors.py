@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from django.contrib.auth.models import Group, User
-from django.db.models import F, Func, IntegerField, QuerySet, Subquery
+from django.db.models import BooleanField, Exists, F, Func, IntegerField, QuerySet, Subquery
 from django.http import HttpRequest
 from django.urls import reverse
 
-from oversight.queries import inbox_for, unread_notifications
+from oversight.models import ExecutionControl, WorkItem
+from oversight.queries import inbox_for, unread_notifications, work_items_for
 from oversight.roles import ROLES
 from planning import rules
 
@@ -30,6 +31,15 @@ def _items(request: HttpRequest, counts: dict[str, int]) -> list[NavItem]:
         items.append(
             NavItem("Review inbox", reverse("oversight:inbox"), "inbox", counts["inbox_count"])
         )
+    if "work_items_count" in counts:
+        items.append(
+            NavItem(
+                "Work items",
+                reverse("oversight:work-item-list"),
+                "work-items",
+                counts["work_items_count"],
+            )
+        )
     if rules.can_read_cases(user):
         items.append(NavItem("Cases", reverse("planning:case-list"), "cases"))
     if rules.can_submit_cases(user):
@@ -38,6 +48,8 @@ def _items(request: HttpRequest, counts: dict[str, int]) -> list[NavItem]:
         items.append(NavItem("Audit trail", reverse("oversight:audit-list"), "audit"))
     if user.is_staff and user.has_perm(rules.CONFIGURE):
         items.append(NavItem("Administration", reverse("admin:index"), "admin"))
+    if user.has_perm(rules.CONFIGURE):
+        items.append(NavItem("Execution", reverse("oversight:execution-control"), "execution"))
     items.append(
         NavItem(
             "Notifications", reverse("oversight:notifications"), "notifications", counts["unread"]
@@ -64,9 +76,18 @@ def _counts_and_role(request: HttpRequest) -> tuple[dict[str, int], str | None]:
     counts: dict[str, Any] = {"unread": _count_of(unread_notifications(user))}
     if user.has_perm("oversight.decide_gate") and not user.has_perm(rules.CONFIGURE):
         counts["inbox_count"] = _count_of(inbox_for(user))
+    if rules.can_submit_cases(user) or user.has_perm("oversight.decide_gate"):
+        # Analysts and officers are the groups human steps go to (`runners.human_group`).
+        counts["work_items_count"] = _count_of(
+            work_items_for(user).filter(status=WorkItem.Status.OPEN)
+        )
+    counts["stopped"] = Exists(
+        ExecutionControl.objects.filter(pk=1, stopped=True), output_field=BooleanField()
+    )
     rows = list(Group.objects.filter(user=user).annotate(**counts).values_list("name", *counts))
     if not rows:
-        return {"unread": unread_notifications(user).count()}, None
+        stopped = ExecutionControl.objects.filter(pk=1, stopped=True).exists()
+        return {"unread": unread_notifications(user).count(), "stopped": int(stopped)}, None
     names = {row[0] for row in rows}
     role = next((name for name in ROLES if name in names), None)
     return {name: int(value or 0) for name, value in zip(counts, rows[0][1:], strict=True)}, role
@@ -82,4 +103,5 @@ def navigation(request: HttpRequest) -> dict[str, object]:
         "user_role": role,
         "inbox_count": counts.get("inbox_count", 0),
         "unread_count": counts["unread"],
+        "execution_stopped": bool(counts.get("stopped")),
     }

@@ -6,8 +6,8 @@ from django.contrib.auth.models import AnonymousUser, Group, User
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
-from oversight.models import OPEN_GATE_STATUSES, Gate, GateDecision, Notification
-from planning.models import Case, PlanVersion
+from oversight.models import OPEN_GATE_STATUSES, Gate, GateDecision, Notification, WorkItem
+from planning.models import Case, NodeStatus, PlanNode, PlanVersion
 from planning.queries import visible_cases
 
 DECIDE_GATE = "oversight.decide_gate"
@@ -66,3 +66,45 @@ def unread_notifications(user: User | AnonymousUser) -> QuerySet[Notification]:
     if not user.is_authenticated:
         return Notification.objects.none()
     return Notification.objects.filter(user_id=user.pk, read_at__isnull=True)
+
+
+def work_items_for(user: User | AnonymousUser) -> QuerySet[WorkItem]:
+    """Return the work items of the user's groups, except those of cases the user submitted.
+
+    Being in the item's group is what lets a person see and do it (an analyst does a step of
+    another analyst's case): separation of duties keeps the submitter out, as the action does.
+    """
+    if not user.is_authenticated or not user.is_active:
+        return WorkItem.objects.none()
+    groups = Group.objects.filter(user=user).values("pk")
+    own_cases = Case.objects.filter(submitter_id=user.pk).values("pk")
+    return WorkItem.objects.filter(group__in=groups).exclude(case_id__in=own_cases)
+
+
+def upstream_outputs_of(nodes: list[PlanNode]) -> dict[int, dict[str, object]]:
+    """Return, by node id, the outputs of every succeeded leaf upstream of each node.
+
+    One query for all the nodes' plan versions, however many nodes (a list of work items).
+    """
+    versions = {node.version_id for node in nodes}
+    rows: dict[int, dict[str, tuple[list[str], str, object]]] = {v: {} for v in versions}
+    for version_id, key, deps, status, output in (
+        PlanNode.objects.filter(version_id__in=versions, kind=PlanNode.Kind.LEAF)
+        .order_by("position")
+        .values_list("version_id", "key", "depends_on", "status", "output")
+    ):
+        rows[version_id][key] = (list(deps or []), status, output)
+    found: dict[int, dict[str, object]] = {}
+    for node in nodes:
+        leaves = rows[node.version_id]
+        upstream: set[str] = set()
+        frontier = set(node.depends_on)
+        while frontier:
+            upstream |= frontier
+            frontier = {d for k in frontier for d in leaves.get(k, ([], "", None))[0]} - upstream
+        found[node.pk] = {
+            key: output
+            for key, (_, status, output) in leaves.items()
+            if key in upstream and status == NodeStatus.SUCCEEDED
+        }
+    return found

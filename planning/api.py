@@ -120,6 +120,10 @@ class CaseOut(Schema):
     created_at: datetime
     error: str | None = Field(None, description="Why planning or execution failed; null otherwise.")
     plan_version: int | None = Field(None, description="Number of the current plan version.")
+    verification: dict[str, Any] | None = Field(
+        None, description="Goal-level verification once the case ended: passed, reasons, checks."
+    )
+    finished_at: datetime | None = None
 
     @staticmethod
     def resolve_domain(case: Case) -> str | None:
@@ -132,6 +136,10 @@ class CaseOut(Schema):
     @staticmethod
     def resolve_error(case: Case) -> str | None:
         return case.error or None
+
+    @staticmethod
+    def resolve_verification(case: Case) -> dict[str, Any] | None:
+        return case.verification or None
 
     @staticmethod
     def resolve_plan_version(case: Case) -> int | None:

@@ -11,6 +11,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, QueryDict
 from django.shortcuts import redirect
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 from pydantic import BaseModel
 
@@ -23,6 +24,7 @@ from planning.actions import (
     submit_case,
 )
 from planning.catalogue import registered_packs
+from planning.display import duration, value_rows
 from planning.dot import STATUS_COLOURS, plan_dot
 from planning.forms import INPUT_PREFIX, INPUTS_OF, CaseForm, input_field_name
 from planning.models import Case, CaseStatus, PlanNode, Strategy
@@ -30,15 +32,11 @@ from planning.planner import DEFAULT_BRANCHING, expected_llm_calls, llm_settings
 from planning.queries import case_for, plan_nodes, visible_cases
 
 CASES_PER_PAGE = 25
-# Where a case can be today: reviewed plans end approved or rejected (execution is coming).
-STATUSES_TODAY = (
-    CaseStatus.PLANNING,
-    CaseStatus.PLAN_FAILED,
-    CaseStatus.AWAITING_APPROVAL,
-    CaseStatus.APPROVED,
-    CaseStatus.REJECTED,
-)
+# Where a case can be today: every status (a status not listed here is offered as "coming").
+STATUSES_TODAY = tuple(CaseStatus)
 POLL_INTERVAL = "every 2s"
+# Statuses after which nothing more runs: the case page shows its result.
+ENDED_STATUSES = (CaseStatus.COMPLETED, CaseStatus.FAILED, CaseStatus.CANCELLED)
 # Form values a GET may carry into the form (the htmx refresh sends only the planning options
 # and the pack inputs; a shared link may carry the rest). Never the CSRF token.
 FORM_FIELDS = ("domain", "title", "goal", "description", "strategy", "max_depth", "inputs")
@@ -281,6 +279,31 @@ def _inputs_shown(case: Case) -> tuple[list[tuple[str, Any]], str]:
     return rows, ""
 
 
+def _result(case: Case, leaves: list[PlanNode]) -> dict[str, object] | None:
+    """Return what an ended case shows: the goal-level verdict and the last steps' outputs.
+
+    The last steps are those nothing waits for, with the steps they take their inputs from (an
+    invoice's hold and the audit report it acted on).
+    """
+    if case.status not in ENDED_STATUSES:
+        return None
+    waited_for = {dep for leaf in leaves for dep in leaf.depends_on}
+    last = {leaf.key for leaf in leaves if leaf.key not in waited_for}
+    shown = last | {dep for leaf in leaves if leaf.key in last for dep in leaf.depends_on}
+    verification = case.verification if isinstance(case.verification, dict) else {}
+    return {
+        "verified": "passed" in verification,
+        "passed": bool(verification.get("passed")),
+        "reasons": [str(r) for r in verification.get("reasons", [])],
+        "checks": [str(c) for c in verification.get("checks", [])],
+        "outputs": [
+            (leaf, value_rows(leaf.output))
+            for leaf in leaves
+            if leaf.key in shown and leaf.output is not None
+        ],
+    }
+
+
 def _case_context(request: HtmxHttpRequest, case: Case) -> dict[str, object]:
     nodes = list(plan_nodes(case))
     leaves = [node for node in nodes if node.is_leaf]
@@ -289,12 +312,14 @@ def _case_context(request: HtmxHttpRequest, case: Case) -> dict[str, object]:
         node.url = url_for(node)  # type: ignore[attr-defined]
     by_key = {node.key: node for node in nodes}
     parents: dict[int | None, PlanNode] = {node.pk: node for node in nodes if not node.is_leaf}
+    now = timezone.now()
     rows = [
         {
             "node": leaf,
             # The root compound is the plan itself: only name the groups below it.
             "parent": parents.get(leaf.parent_id) if leaf.depth > 1 else None,
             "depends_on": [by_key[key] for key in leaf.depends_on if key in by_key],
+            "duration": duration(leaf.started_at, leaf.finished_at, now),
         }
         for leaf in leaves
     ]
@@ -321,6 +346,7 @@ def _case_context(request: HtmxHttpRequest, case: Case) -> dict[str, object]:
         "input_rows": input_rows,
         "inputs_json": inputs_json,
         "resubmit_url": (f"{reverse('planning:case-new')}?from={case.pk}" if can_resubmit else ""),
+        "result": _result(case, leaves),
     }
 
 
@@ -341,6 +367,8 @@ def _node_context(case: Case, node: PlanNode) -> dict[str, object]:
         "dependencies": dependencies,
         "is_current": node.version_id == case.current_version_id,
         "node_inputs_json": json.dumps(node.inputs, indent=2, ensure_ascii=False, sort_keys=True),
+        "node_output_rows": value_rows(node.output) if node.output is not None else [],
+        "node_duration": duration(node.started_at, node.finished_at, timezone.now()),
         "close_url": reverse("planning:case-detail", kwargs={"case_id": case.pk}),
     }
 

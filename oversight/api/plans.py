@@ -54,6 +54,22 @@ class NodeOut(Schema):
         None, description="The node's latest gate (id, kind, status); null when it has none."
     )
     provenance: dict[str, Any]
+    attempts: int = Field(0, description="How many times a worker claimed the step.")
+    started_at: datetime | None = Field(None, description="When its latest attempt started.")
+    finished_at: datetime | None = None
+    output: dict[str, Any] | None = Field(None, description="Set once the step succeeded.")
+    error: str | None = Field(None, description="Why its latest attempt failed.")
+    error_class: str | None = Field(
+        None,
+        description="transient, invalid_input, tool_failure, policy_denial, timeout, poison or "
+        "output_invalid.",
+    )
+    finished_after_cancel: bool = Field(
+        False, description="Its effect happened before the case's cancel stopped it."
+    )
+    routing: dict[str, Any] | None = Field(
+        None, description="Who was chosen to run it, by trust and load, and why."
+    )
 
 
 class PlanOut(Schema):
@@ -201,6 +217,14 @@ def _node_out(node: PlanNode, keys: dict[int, str], gate: GateRef | None) -> Nod
         risk=node.risk or None,
         gate=gate,
         provenance=node.provenance,
+        attempts=node.attempts,
+        started_at=node.started_at,
+        finished_at=node.finished_at,
+        output=node.output if isinstance(node.output, dict) else None,
+        error=node.error or None,
+        error_class=node.error_class or None,
+        finished_after_cancel=node.finished_after_cancel,
+        routing=node.routing or None,
     )
 
 

@@ -624,12 +624,13 @@ def test_failed_planning_shows_the_error(analyst: Any) -> None:
     assert "Planning failed." in page and "No LLM provider: set X" in page
 
 
-def test_a_plan_awaiting_approval_says_that_it_stops_there_for_now(analyst: Any) -> None:
+def test_a_plan_awaiting_approval_says_nothing_runs_before_the_approval(analyst: Any) -> None:
     case = make_case(analyst)
     make_plan(case, leaves=2)
     page = client_for(analyst).get(reverse("planning:case-detail", args=[case.pk])).content.decode()
     note = page.split('data-note="stops-here"', 1)[1].split("</p>", 1)[0]
-    assert "stops here for now" in note and "coming" in note
+    assert "nothing runs until a compliance officer approves the plan" in note
+    assert "coming" not in note
 
 
 def test_legend_lists_the_statuses_on_screen_as_swatches(analyst: Any) -> None:
@@ -882,13 +883,11 @@ def test_analyst_cannot_widen_the_list_with_filters(analyst: Any, other_case: Ca
     assert 'name="mine"' not in body
 
 
-def test_case_list_offers_the_statuses_a_case_can_reach_today(analyst: Any) -> None:
+def test_case_list_offers_every_status_a_case_can_reach(analyst: Any) -> None:
     form = read_form(client_for(analyst).get(reverse("planning:case-list")).content.decode())
     offered = {o["value"]: o for o in form.options["status"]}
-    for today in ("planning", "plan_failed", "awaiting_approval", "approved", "rejected"):
-        assert not offered[today]["disabled"]
-    for later in ("executing", "completed", "failed", "cancelled"):
-        assert offered[later]["disabled"] and "(coming)" in offered[later]["label"]
+    for status in CaseStatus.values:
+        assert not offered[status]["disabled"] and "(coming)" not in offered[status]["label"]
 
 
 def test_step_page_query_count_is_constant_up_to_500_leaves(
