@@ -40,7 +40,10 @@ typecheck: venv
 scenarios:
 	@python=$$([ -x $(PY) ] && echo $(PY) || scripts/find-python) && "$$python" scripts/scenarios.py
 
+## bench: the benchmarks in bench/ (the load run's short form among them; `$(PY) -m bench load --minutes 10` is its long form)
 bench: venv
+	@if [ ! -f $(VENV)/.installed-bench ] || [ pyproject.toml -nt $(VENV)/.installed-bench ]; then \
+	  $(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]' && touch $(VENV)/.installed-bench; fi
 	SECRET_KEY=$${SECRET_KEY:-bench-only-not-a-secret} $(PY) -m bench
 
 ## llm-check: plan three cases through `make run` with a real local model (llama.cpp, SmolLM2)

@@ -3,13 +3,15 @@
 Each module exposes ``run() -> dict[str, float]`` and may expose ``TARGETS``: a mapping from a
 result name to ``("<=", limit)`` or ``(">=", limit)``. Results are merged into the existing file,
 so figures from modules that were not run (``python -m bench planning``) are kept. The exit
-status is 1 when a module fails or a figure misses its target.
+status is 1 when a module fails or a figure misses its target. ``--minutes`` is passed to the
+modules whose ``run`` takes it (the load run: ``python -m bench load --minutes 10``).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import sys
 import time
@@ -63,6 +65,9 @@ def _print_table(rows: Sequence[tuple[str, float, Target | None]]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("modules", nargs="*", help="run only these modules (e.g. planning)")
+    parser.add_argument(
+        "--minutes", type=float, help="the length of the load run (default: its short form)"
+    )
     args = parser.parse_args(argv)
     sys.path.insert(0, str(BENCH_DIR.parent))
     results = _load_results()
@@ -73,7 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"running bench.{name} ...", flush=True)
         try:
             module = importlib.import_module(f"bench.{name}")
-            figures: Mapping[str, float] = module.run()
+            takes_minutes = "minutes" in inspect.signature(module.run).parameters
+            options = {"minutes": args.minutes} if takes_minutes and args.minutes else {}
+            figures: Mapping[str, float] = module.run(**options)
         except Exception:
             traceback.print_exc()
             failed = True
