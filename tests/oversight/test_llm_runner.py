@@ -479,3 +479,15 @@ def test_without_a_provider_the_leaf_fails_as_a_policy_denial_saying_what_to_set
     assert (node.status, node.error_class) == (NodeStatus.FAILED, "policy_denial")
     assert "needs an LLM provider" in node.error and "OPENAI_BASE_URL" in node.error
     assert notes_pack.requests == []
+
+
+def test_the_soft_time_limit_ends_a_call_in_flight_as_a_timeout_not_as_a_lost_connection(
+    notes_pack: FakeOpenAIServer, analyst: Any, officer: Any, settings: Any
+) -> None:
+    settings.CASEHUB_LEAF_SOFT_LIMIT_S = 0.3
+    notes_pack.enqueue(FakeReply(content=FINDINGS, extra_latency_s=3))
+    case = approved_case(analyst, officer)
+    run_ready(case)
+    node = review(case)
+    assert (node.status, node.error_class) == (NodeStatus.FAILED, "timeout"), node.error
+    assert "soft time limit" in node.error
