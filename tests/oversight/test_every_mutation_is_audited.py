@@ -33,6 +33,7 @@ from django.utils import timezone
 
 from oversight import roles
 from oversight.actions import users
+from oversight.actions.execution import set_stopped
 from oversight.actions.gates import active_policy
 from oversight.actions.policies import propose_policy
 from oversight.forms import PolicyProposalForm
@@ -44,13 +45,16 @@ from oversight.models import (
     PasswordResetRequest,
     ReasonCode,
     SigningState,
+    TrustScore,
     WorkerHeartbeat,
+    WorkItem,
 )
 from planning import actions
 from planning.catalogue import sync_packs
 from planning.models import Agent, Case, DomainPack, PlanNode, Tool
 from tests import personas
 from tests.cases import planned_invoice_case
+from tests.oversight.work_items import INVOICE_FIELDS, approve_plan, waiting_work_item
 from tests.planning.factories import make_case, make_plan
 from tests.routes import MUTATING, all_routes
 
@@ -476,6 +480,44 @@ def _api_edit(user: User | None) -> Req:
     return Req(f"/api/cases/{case.pk}/plan/edits", data, json=True)
 
 
+def _running_invoice_case() -> Case:
+    case = _invoice_case()
+    approve_plan(case, _user(personas.officer, "olga"))
+    return case
+
+
+def _open_work_item() -> WorkItem:
+    # The submitter is not the analyst persona, who is in the item's group and may do it.
+    return waiting_work_item(_user(personas.analyst, "submitter"), _user(personas.officer, "olga"))
+
+
+def _cancel_form(user: User | None) -> Req:
+    case = _running_invoice_case()
+    data = {"reason_code": "no-longer-needed", "reason": "paid elsewhere"}
+    return Req(reverse("oversight:case-cancel", args=[case.pk]), data)
+
+
+def _work_item_form(user: User | None) -> Req:
+    item = _open_work_item()
+    data = {"output": json.dumps(INVOICE_FIELDS)}
+    return Req(reverse("oversight:work-item-complete", args=[item.pk]), data)
+
+
+def _api_cancel(user: User | None) -> Req:
+    case = _running_invoice_case()
+    return Req(f"/api/cases/{case.pk}/cancel", {"reason_code": "other"}, json=True)
+
+
+def _api_work_item(user: User | None) -> Req:
+    item = _open_work_item()
+    return Req(f"/api/work-items/{item.pk}/complete", {"output": INVOICE_FIELDS}, json=True)
+
+
+def _api_resume(user: User | None) -> Req:
+    set_stopped(stopped=True, user=_user(personas.admin, "alice"), reason="maintenance")
+    return Req("/api/control/resume", {"reason": "done"}, json=True)
+
+
 def _api_decision(user: User | None) -> Req:
     gate = _plan_gate(_invoice_case())
     return Req(f"/api/gates/{gate.pk}/decision", {"decision": "approve"}, json=True)
@@ -515,6 +557,18 @@ AUDITED: dict[str, Audited] = {
         "oversight.audit.exported",
     ),
     "planning:case-new": Audited("analyst", _case_form, "planning.case.submitted"),
+    # Execution.
+    "oversight:case-cancel": Audited("officer", _cancel_form, "planning.case.cancelled"),
+    "oversight:work-item-complete": Audited(
+        "analyst", _work_item_form, "execution.work_item.completed"
+    ),
+    "oversight:execution-control-set": Audited(
+        "admin",
+        lambda user: Req(
+            reverse("oversight:execution-control-set"), {"action": "stop", "reason": "test"}
+        ),
+        "execution.control.stopped",
+    ),
     # Configuration in the admin.
     "admin:planning_agent_add": Audited("admin", _agent_add, "config.agent.created"),
     "admin:planning_agent_change": Audited("admin", _agent_change, "config.agent.changed"),
@@ -574,6 +628,21 @@ AUDITED: dict[str, Audited] = {
     ),
     "POST /api/gates/<int:gate_id>/decision": Audited(
         "officer", _api_decision, "oversight.gate.decided", api=True
+    ),
+    "POST /api/cases/<int:case_id>/cancel": Audited(
+        "officer", _api_cancel, "planning.case.cancelled", api=True
+    ),
+    "POST /api/control/stop": Audited(
+        "admin",
+        lambda user: Req("/api/control/stop", {"reason": "maintenance"}, json=True),
+        "execution.control.stopped",
+        api=True,
+    ),
+    "POST /api/control/resume": Audited(
+        "admin", _api_resume, "execution.control.resumed", api=True
+    ),
+    "POST /api/work-items/<int:item_id>/complete": Audited(
+        "analyst", _api_work_item, "execution.work_item.completed", api=True
     ),
 }
 
@@ -690,6 +759,12 @@ def _an_object(model: type[Model]) -> Model:
         return _pending_reset()
     if model._meta.label == "oversight.RoleGrantRequest":
         return _pending_grant()
+    if model is TrustScore:
+        agent = Agent.objects.order_by("slug").first()
+        assert agent is not None
+        return TrustScore.objects.create(
+            agent=agent, capability="erp.read", successes=1, failures=0, updated_at=timezone.now()
+        )
     raise AssertionError(f"no {model.__name__} row to try the admin on: add one in _an_object")
 
 
