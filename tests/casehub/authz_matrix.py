@@ -84,7 +84,7 @@ planning:node-detail                              401  ok   404  ok   ok   ok   
 health                                            ok   ok   ok   ok   ok   ok   ok   ok
 login                                             ok   ok   ok   ok   ok   ok   ok   ok
 logout                                            401  ok   ok   ok   ok   ok   ok   ok
-# Execution: a case's run, cancelling it, work items, the global stop (added by its engineer)
+# Execution: a case's run, cancelling it, work items, the global stop
 oversight:case-execution                          401  ok   404  ok   ok   ok   404  404
 oversight:case-cancel                             401  ok   404  ok   ok   403  404  404
 oversight:work-item-list                          401  ok   ok   ok   ok   ok   ok   ok
@@ -198,7 +198,7 @@ PUT /api/<anypath:rest>                           404  404  404  404  404  404  
 api:openapi-json                                  401  ok   ok   ok   ok   ok   ok   ok
 api:openapi-view                                  401  ok   ok   ok   ok   ok   ok   ok
 api:api-root                                      404  404  404  404  404  404  404  404
-# Execution in the API. The admin cancels by id here but gets 404 on the case page: to confirm.
+# Execution in the API. Admins may cancel any case here (oversight.api.execution.cancel), not on its page.
 POST /api/cases/<int:case_id>/cancel              401  ok   404  ok   ok   403  ok   404
 GET /api/control                                  401  ok   ok   ok   ok   ok   ok   403
 POST /api/control/stop                            401  403  403  403  403  403  ok   403
