@@ -21,7 +21,7 @@ from django.test import override_settings
 
 from oversight.actions.edits import edit_plan
 from oversight.actions.gates import open_gates
-from oversight.models import Gate, GateKind, GateStatus
+from oversight.models import Gate, GateKind, GateStatus, WorkItem
 from planning.actions import materialise_plan, submit_case
 from planning.core.dag import DagPlan
 from planning.core.tree import Compound, Leaf, Node
@@ -153,6 +153,29 @@ def _gate(case: Case, kind: str) -> Gate:
     return Gate.objects.get(version=case.current_version, kind=kind, status=GateStatus.PENDING)
 
 
+def _work_item(case: Case) -> str:
+    """Give the hostile step to the officers as an open work item; return its page's URL."""
+    from datetime import timedelta
+
+    from django.contrib.auth.models import Group
+    from django.utils import timezone
+
+    from oversight.roles import OFFICER
+
+    now = timezone.now()
+    item, _ = WorkItem.objects.get_or_create(
+        node=_node(case, "review"),
+        attempt=1,
+        defaults={
+            "case": case,
+            "group": Group.objects.get(name=OFFICER),
+            "created_at": now,
+            "deadline": now + timedelta(days=1),
+        },
+    )
+    return f"/work-items/{item.pk}/"
+
+
 PAGES: list[tuple[str, str, Callable[[Case], str]]] = [
     ("officer", "case list", lambda case: "/cases/"),
     ("officer", "case page", lambda case: f"/cases/{case.pk}/"),
@@ -170,6 +193,9 @@ PAGES: list[tuple[str, str, Callable[[Case], str]]] = [
         "edit form",
         lambda case: f"/cases/{case.pk}/nodes/{_node(case, 'review').pk}/edit/",
     ),
+    ("officer", "work item", _work_item),
+    ("officer", "work items", lambda case: "/work-items/"),
+    ("officer", "case execution", lambda case: f"/cases/{case.pk}/execution/"),
     ("auditor", "case trail", lambda case: f"/audit/cases/{case.pk}/"),
     ("auditor", "audit list", lambda case: "/audit/"),
     ("auditor", "home", lambda case: "/"),
@@ -198,7 +224,9 @@ class Watch:
             if url.scheme not in {"data", "blob"}:
                 self.problems.append(f"{self.current}: request to {request.url}")
             return
-        expected = url.path.startswith(("/static/", "/cases/", "/gates/", "/audit/", "/inbox/"))
+        expected = url.path.startswith(
+            ("/static/", "/cases/", "/gates/", "/audit/", "/inbox/", "/work-items/")
+        )
         if (request.method, url.path) == ("POST", "/login/") and self.current == "login":
             return
         if (
