@@ -295,7 +295,7 @@ def _print_profile(rows: list[dict[str, Any]]) -> None:
 
 
 def _processes(pid: int) -> list[Any]:
-    import psutil
+    import psutil  # type: ignore[import-untyped]
 
     try:
         main = psutil.Process(pid)
@@ -373,7 +373,7 @@ def _casehub(shape: str, out: Path, worker_pid: int) -> None:
 
 
 def _run_case(
-    analyst: Any, officer: Any, shape: dict[str, int], *, worker_pid: int | None
+    analyst: Any, officer: Any, shape: dict[str, int], *, worker_pid: int
 ) -> dict[str, Any]:
     from django.db.models import Max
 
@@ -519,13 +519,13 @@ def _run_graph(saver: Any, shape: dict[str, int], thread: str) -> dict[str, Any]
         # A list of sources is a join: the node runs once all of them have run.
         builder.add_edge(list(deps) if deps else START, key)
     graph = builder.compile(checkpointer=saver)
-    config = {
+    config: Any = {
         "configurable": {"thread_id": thread},
         "max_concurrency": SLOTS,
         "recursion_limit": shape["layers"] + 10,
     }
     started, cpu_before = time.monotonic(), time.process_time()
-    final = graph.invoke({"done": []}, config, durability="sync")
+    final: Any = graph.invoke({"done": []}, config, durability="sync")
     makespan, cpu = time.monotonic() - started, time.process_time() - cpu_before
     done = Counter(final["done"])
     problems = [f"{k}: ran {done[k]} times" for k in dag if done[k] != 1]
