@@ -156,7 +156,7 @@ def test_the_case_page_of_a_500_step_run_costs_the_queries_of_a_3_step_one(
     page = client.get(case_url(big.pk)).content.decode()
     assert page.count('<tr data-key="step-') == 500
     # 250 succeeded, one running, one failed: each shows its attempts.
-    assert page.count('<td class="run small"><span data-attempts=') == 252
+    assert page.count('<div class="run small"><span data-attempts=') == 252
 
 
 def test_an_ended_case_shows_the_verdict_and_the_audit_reports_findings(
