@@ -127,7 +127,7 @@ def _require_admin(user: User) -> None:
 def _control() -> ControlOut:
     control = ExecutionControl.objects.select_related("changed_by").filter(pk=1).first()
     if control is None:
-        return ControlOut(stopped=False)
+        return ControlOut(stopped=False, reason="", changed_by=None, changed_at=None)
     return ControlOut(
         stopped=control.stopped,
         reason=control.reason,
