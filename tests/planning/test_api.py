@@ -515,6 +515,15 @@ def test_the_plan_lists_its_version_and_nodes(two_analysts_cases: dict[str, Any]
         "risk": None,
         "gate": None,
         "provenance": {"strategy": "llm", "source": "llm:2", "depth": 1},
+        # Not run yet: the execution fields are empty.
+        "attempts": 0,
+        "started_at": None,
+        "finished_at": None,
+        "output": None,
+        "error": None,
+        "error_class": None,
+        "finished_after_cancel": False,
+        "routing": None,
     }
     assert second["depends_on"] == ["step-1"]
 
