@@ -66,6 +66,23 @@ def test_a_service_that_exits_stops_the_others_and_is_reported() -> None:
     assert "Started long (pid" in out.getvalue()
 
 
+def test_a_restartable_service_that_dies_is_started_again_a_bounded_number_of_times() -> None:
+    out = io.StringIO()
+    supervisor = Supervisor(
+        services=[
+            Service(name="long", argv=SLEEPER),
+            Service(
+                name="worker", argv=(sys.executable, "-c", "raise SystemExit(9)"), restart=True
+            ),
+        ],
+        out=out,
+    )
+    with pytest.raises(ServiceExited, match="worker exited with status 9"):
+        supervisor.run()
+    assert out.getvalue().count("worker exited with status 9; starting it again.") == 5
+    assert out.getvalue().count("Started worker (pid") == 6
+
+
 def test_a_service_ignoring_sigterm_is_killed_after_the_stop_timeout() -> None:
     out = io.StringIO()
     supervisor = Supervisor(

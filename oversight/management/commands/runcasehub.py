@@ -25,6 +25,12 @@ class Service:
 
     name: str
     argv: tuple[str, ...]
+    # Started again when it dies (the worker: a leaf's lease then recovers the leaf), at most
+    # `MAX_RESTARTS` times a minute; otherwise its exit stops everything.
+    restart: bool = False
+
+
+MAX_RESTARTS = 5
 
 
 class ServiceExited(RuntimeError):
@@ -45,6 +51,7 @@ class Supervisor:
     stop_timeout_s: float = 20.0
     poll_interval_s: float = 0.2
     _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, init=False)
+    _restarts: dict[str, list[float]] = field(default_factory=dict, init=False)
     _stop_signal: int | None = field(default=None, init=False)
     _is_stopping: bool = field(default=False, init=False)
 
@@ -61,12 +68,12 @@ class Supervisor:
                     break
                 # Each child gets its own process group: the terminal's Ctrl-C reaches only this
                 # process, which then stops every child exactly once.
-                process = subprocess.Popen(service.argv, process_group=0)
-                self._processes[service.name] = process
-                self.out.write(f"Started {service.name} (pid {process.pid}).\n")
+                self._start(service)
             self.out.flush()
             while self._stop_signal is None and exited is None:
                 exited = self._first_exited()
+                if exited is not None and self._restarted(*exited):
+                    exited = None
                 time.sleep(self.poll_interval_s)
         finally:
             self._stop_all()
@@ -74,6 +81,24 @@ class Supervisor:
                 signal.signal(sig, handler)
         if exited is not None and self._stop_signal is None:
             raise ServiceExited(*exited)
+
+    def _start(self, service: Service) -> None:
+        process = subprocess.Popen(service.argv, process_group=0)
+        self._processes[service.name] = process
+        self.out.write(f"Started {service.name} (pid {process.pid}).\n")
+
+    def _restarted(self, name: str, returncode: int) -> bool:
+        """Start a restartable service again unless it died too often in the last minute."""
+        service = next(s for s in self.services if s.name == name)
+        now = time.monotonic()
+        recent = [t for t in self._restarts.get(name, []) if now - t < 60]
+        if not service.restart or len(recent) >= MAX_RESTARTS or self._stop_signal is not None:
+            return False
+        self._restarts[name] = [*recent, now]
+        self.out.write(f"{name} exited with status {returncode}; starting it again.\n")
+        self._start(service)
+        self.out.flush()
+        return True
 
     @property
     def returncodes(self) -> dict[str, int | None]:
@@ -140,7 +165,7 @@ def casehub_services(
     )  # fmt: skip
     return (
         Service(name="web server (gunicorn)", argv=web),
-        Service(name="Celery worker", argv=worker),
+        Service(name="Celery worker", argv=worker, restart=True),
         Service(name="Celery beat", argv=beat),
     )
 
