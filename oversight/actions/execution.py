@@ -529,9 +529,7 @@ def check_safe_point(claim: Claim) -> None:
 
 def _locked_attempt(node_id: int, attempt: int) -> tuple[PlanNode, Case]:
     node = (
-        PlanNode.objects.select_for_update(of=("self",))
-        .select_related("version")
-        .get(pk=node_id)
+        PlanNode.objects.select_for_update(of=("self",)).select_related("version").get(pk=node_id)
     )
     case = Case.objects.select_for_update().get(pk=node.version.case_id)
     if node.status != NodeStatus.RUNNING or node.attempts != attempt:
@@ -815,7 +813,9 @@ def open_work_item(claim: Claim, *, group_name: str) -> WorkItem:
     with transaction.atomic():
         node = PlanNode.objects.select_for_update(of=("self",)).get(pk=claim.node_id)
         if node.status != NodeStatus.RUNNING or node.attempts != claim.attempt:
-            raise StaleResult(f"attempt {claim.attempt} of {node.key} is stale")
+            raise StaleResult(
+                f"attempt {claim.attempt} of {node.key} is stale", node=node, attempt=claim.attempt
+            )
         now = timezone.now()
         item, created = WorkItem.objects.get_or_create(
             node=node,
@@ -1136,7 +1136,14 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
         for node in expired:
             case = Case.objects.select_for_update().get(pk=node.version.case_id)
             chain = case_chain(case.pk)
-            elapsed = (now - node.started_at).total_seconds() if node.started_at else 0.0
+            # The worker renews the lease until the hard limit and no further: a lease that
+            # covered the whole limit belonged to an attempt alive until then (it timed out); a
+            # shorter one to a worker that died or stopped early (it is recovered).
+            held = (
+                (node.lease_until - node.started_at).total_seconds()
+                if node.started_at and node.lease_until
+                else 0.0
+            )
             attempt = node.attempts
             if case.status not in RUNNING_CASE_STATUSES:
                 PlanNode.objects.filter(pk=node.pk).update(
@@ -1144,7 +1151,7 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
                 )
                 _end_attempt(node, attempt, LeafAttempt.Outcome.LOST)
                 continue
-            if elapsed >= hard_limit_s():
+            if held >= hard_limit_s():
                 timed_out.append(node.pk)
                 _apply_failure(
                     node,

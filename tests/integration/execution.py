@@ -26,7 +26,7 @@ PACK_PATH = "tests.fakes.execution_pack.PACK"
 TIMINGS = {
     "CASEHUB_LEAF_LEASE_S": 2,
     "CASEHUB_LEAF_SOFT_LIMIT_S": 6,
-    "CASEHUB_LEAF_HARD_LIMIT_S": 10,
+    "CASEHUB_LEAF_HARD_LIMIT_S": 16,
     "CASEHUB_LEAF_RETRY_BASE_S": 0,
     "CASEHUB_LEAF_RETRY_MAX_S": 1,
     "CASEHUB_LEAF_REDISPATCH_AFTER_S": 3,
@@ -55,7 +55,8 @@ class Harness:
         }
 
     def worker(self, *, concurrency: int = 2, pool: str = "prefork", **env: object) -> Any:
-        return running_worker(self.env(**env), concurrency=concurrency, pool=pool)
+        # Queued messages are kept: the database decides what they may still do.
+        return running_worker(self.env(**env), concurrency=concurrency, pool=pool, purge=False)
 
     def case(self, submitter: Any, leaves: list[dict[str, Any]]) -> Case:
         """Submit and plan a scripted case (its plan gate pending)."""
@@ -100,8 +101,13 @@ def wait_until(
         if reconcile:
             execution.reconcile_execution()
         if time.monotonic() > deadline:
+            state = list(
+                PlanNode.objects.filter(kind="leaf")
+                .order_by("pk")
+                .values_list("key", "status", "attempts", "enqueued_at", "lease_until")
+            )
             logs = "\n".join(w.log()[-3000:] for w in workers)
-            pytest.fail(f"timed out waiting for {what}\n{logs}")
+            pytest.fail(f"timed out waiting for {what}\nleaves: {state}\n{logs}")
         time.sleep(0.2)
 
 

@@ -82,3 +82,256 @@ def test_the_invoice_case_runs_on_a_real_worker_and_holds_the_payment_once(
     report = leaf(case, "audit-report").output
     assert any("duplicate payment" in finding for finding in report["findings"])
     assert ErpPaymentHold.objects.filter(invoice_id="INV-1042").count() == 1
+
+
+@pytest.mark.scenario("E6")
+def test_the_same_message_delivered_again_and_two_workers_racing_claim_once(
+    harness: Harness, analyst: Any, officer: Any
+) -> None:
+    from oversight import dispatch
+
+    case = harness.case(analyst, [{"key": "once", "seconds": 1}])
+    approve_plan(case, officer)
+    node = leaf(case, "once")
+    for _ in range(4):  # the message redelivered, and sent again by a second scheduler
+        dispatch.send_leaf(node.pk)
+    first, second = harness.worker(), harness.worker()
+    try:
+        wait_until("the leaf to end", lambda: leaf(case, "once").status == "succeeded",
+                   reconcile=False, workers=(first, second))  # fmt: skip
+    finally:
+        first.stop()
+        second.stop()
+    assert leaf(case, "once").attempts == 1
+    assert harness.effects_of(case, "once") == (1, 1)
+    assert AuditEvent.objects.filter(action="execution.leaf.claimed").count() == 1
+
+
+@pytest.mark.scenario("E8")
+def test_transient_failures_back_off_then_succeed_and_a_permanent_one_is_not_retried(
+    harness: Harness, analyst: Any, officer: Any
+) -> None:
+    case = harness.case(
+        analyst,
+        [
+            {"key": "flaky", "tool": "flaky", "failures": 2, "failure_policy": "retry"},
+            {"key": "broken", "tool": "fail", "failure_policy": "retry"},
+            {"key": "after", "depends_on": ["broken"]},
+        ],
+    )
+    worker = harness.worker()
+    try:
+        approve_plan(case, officer)
+
+        def settled() -> bool:
+            return (leaf(case, "flaky").status, leaf(case, "broken").status) == (
+                "succeeded",
+                "awaiting_approval",
+            )
+
+        wait_until("both to settle", settled, workers=(worker,))
+    finally:
+        worker.stop()
+    flaky = leaf(case, "flaky")
+    assert flaky.attempts == 3
+    assert harness.effects_of(case, "flaky") == (1, 3)
+    outcomes = LeafAttempt.objects.filter(node=flaky).values_list("outcome", "error_class")
+    assert list(outcomes) == [("failed", "transient"), ("failed", "transient"), ("succeeded", "")]
+    retries = AuditEvent.objects.filter(action="execution.leaf.retrying", data__node="flaky")
+    assert retries.count() == 2
+    broken = leaf(case, "broken")
+    assert broken.attempts == 1  # a permanent failure is not retried: a person decides
+    assert broken.error_class == "tool_failure" and "malformed" in broken.error
+    from oversight.models import Gate
+
+    escalation = Gate.objects.get(case=case, kind="escalation", status="pending")
+    assert escalation.node_id == broken.pk
+    assert leaf(case, "after").status == NodeStatus.PENDING
+
+
+@pytest.mark.scenario("E9")
+def test_soft_and_hard_time_limits_time_the_leaf_out_and_it_is_not_run_again(
+    harness: Harness, analyst: Any, officer: Any
+) -> None:
+    case = harness.case(
+        analyst,
+        [
+            {"key": "soft", "seconds": 30, "failure_policy": "continue"},
+            {"key": "hard", "tool": "stubborn", "seconds": 40, "failure_policy": "continue"},
+        ],
+    )
+    worker = harness.worker()
+    try:
+        approve_plan(case, officer)
+
+        def timed_out() -> bool:
+            return leaf(case, "soft").status == leaf(case, "hard").status == "failed"
+
+        wait_until("both to time out", timed_out, timeout=60, workers=(worker,))
+        for _ in range(10):  # the reconciler keeps running: nothing starts them again
+            from oversight.actions import execution
+
+            execution.reconcile_execution()
+    finally:
+        worker.stop()
+    soft, hard = leaf(case, "soft"), leaf(case, "hard")
+    assert (soft.error_class, soft.attempts) == ("timeout", 1)
+    assert "soft time limit" in soft.error
+    assert (hard.error_class, hard.attempts) == ("timeout", 1)
+    assert "hard time limit" in hard.error
+    assert harness.effects_of(case, "soft")[0] == 0 and harness.effects_of(case, "hard")[0] == 0
+    case.refresh_from_db()
+    assert case.status == CaseStatus.COMPLETED  # both failures were allowed to continue
+
+
+@pytest.mark.scenario("E10")
+def test_a_worker_stopped_past_its_lease_loses_the_leaf_and_acts_nothing_when_it_resumes(
+    harness: Harness, analyst: Any, officer: Any
+) -> None:
+    from tests.integration.execution import stopped
+
+    case = harness.case(analyst, [{"key": "slow", "seconds": 3}])
+    first = harness.worker()
+    try:
+        approve_plan(case, officer)
+        wait_until("the first worker to run it", lambda: leaf(case, "slow").status == "running",
+                   workers=(first,))  # fmt: skip
+        with stopped(first):
+            wait_until("the reconciler to take the leaf back",
+                       lambda: LeafAttempt.objects.filter(outcome="lost").exists(),
+                       workers=(first,))  # fmt: skip
+            second = harness.worker()
+            try:
+
+                def finished() -> bool:
+                    return leaf(case, "slow").status == "succeeded"
+
+                wait_until("the second worker to finish it", finished, workers=(second,))
+            finally:
+                second.stop()
+        # The first worker wakes up, reaches its safe point before the effect, and stops there.
+        pk = leaf(case, "slow").pk
+        wait_until("the first worker to give up", lambda: f"'{pk} stale" in first.log(),
+                   reconcile=False, workers=(first,))  # fmt: skip
+    finally:
+        first.stop()
+    assert harness.effects_of(case, "slow")[0] == 1
+    node = leaf(case, "slow")
+    assert node.attempts == 2 and node.status == NodeStatus.SUCCEEDED
+    assert list(LeafAttempt.objects.filter(node=node).values_list("outcome", flat=True)) == [
+        "lost",
+        "succeeded",
+    ]
+
+
+@pytest.mark.scenario("E11")
+def test_fifty_parents_finishing_together_start_their_child_exactly_once(
+    harness: Harness, analyst: Any, officer: Any, settings: Any
+) -> None:
+    settings.CASEHUB_PLAN_MAX_FANOUT = 60
+    parents = [{"key": f"p{i}"} for i in range(50)]
+    case = harness.case(
+        analyst, [*parents, {"key": "child", "depends_on": [p["key"] for p in parents]}]
+    )
+    worker = harness.worker(concurrency=4)
+    try:
+        approve_plan(case, officer)
+        wait_until("the child", lambda: leaf(case, "child").status == "succeeded",
+                   workers=(worker,))  # fmt: skip
+    finally:
+        worker.stop()
+    child = leaf(case, "child")
+    assert child.attempts == 1
+    assert harness.effects_of(case, "child") == (1, 1)
+    finished = [leaf(case, p["key"]).finished_at for p in parents]
+    assert child.started_at is not None and all(f is not None for f in finished)
+    assert child.started_at >= max(f for f in finished if f is not None)
+    ready = AuditEvent.objects.filter(action="execution.leaf.ready", data__node="child")
+    assert ready.count() == 1
+
+
+@pytest.mark.scenario("E12")
+def test_a_cancelled_case_skips_queued_leaves_and_stops_running_ones_before_their_effect(
+    harness: Harness, analyst: Any, officer: Any
+) -> None:
+    from oversight.actions import execution
+
+    case = harness.case(
+        analyst,
+        [{"key": "running", "seconds": 3}, {"key": "queued", "depends_on": ["running"]}],
+    )
+    worker = harness.worker()
+    try:
+        approve_plan(case, officer)
+        wait_until("the first leaf to run", lambda: leaf(case, "running").status == "running",
+                   workers=(worker,))  # fmt: skip
+        execution.cancel_case(case_id=case.pk, user=analyst, reason_code="other", reason="stop")
+        wait_until("the running leaf to stop", lambda: leaf(case, "running").status == "cancelled",
+                   workers=(worker,))  # fmt: skip
+    finally:
+        worker.stop()
+    assert leaf(case, "queued").status == NodeStatus.CANCELLED
+    assert leaf(case, "queued").attempts == 0
+    assert harness.effects_of(case, "running") == (0, 1)
+    case.refresh_from_db()
+    assert case.status == CaseStatus.CANCELLED
+
+
+@pytest.mark.scenario("O11")
+def test_the_global_stop_holds_everything_and_resume_runs_nothing_twice(
+    harness: Harness, analyst: Any, officer: Any, admin_user: Any
+) -> None:
+    from oversight.actions import execution
+
+    case = harness.case(
+        analyst,
+        [{"key": "long", "seconds": 3}, {"key": "a", "seconds": 0.5}, {"key": "b"}],
+    )
+    worker = harness.worker(concurrency=1)
+    try:
+        approve_plan(case, officer)
+        wait_until("a leaf to run", lambda: any(leaf(case, k).status == "running"
+                   for k in ("long", "a", "b")), workers=(worker,))  # fmt: skip
+        execution.set_stopped(stopped=True, user=admin_user, reason="incident")
+        wait_until("nothing to run", lambda: not any(leaf(case, k).status == "running"
+                   for k in ("long", "a", "b")), workers=(worker,))  # fmt: skip
+        claimed = AuditEvent.objects.filter(action="execution.leaf.claimed").count()
+        for _ in range(10):
+            execution.reconcile_execution()
+        assert AuditEvent.objects.filter(action="execution.leaf.claimed").count() == claimed
+        assert {leaf(case, k).status for k in ("long", "a", "b")} <= {"ready", "succeeded"}
+        execution.set_stopped(stopped=False, user=admin_user)
+        wait_until("all to finish", lambda: all(leaf(case, k).status == "succeeded"
+                   for k in ("long", "a", "b")), workers=(worker,))  # fmt: skip
+    finally:
+        worker.stop()
+    for key in ("long", "a", "b"):
+        assert harness.effects_of(case, key)[0] == 1, key
+    case.refresh_from_db()
+    assert case.status == CaseStatus.COMPLETED
+
+
+@pytest.mark.scenario("E2")
+def test_a_poison_leaf_is_dead_lettered_with_an_escalation_gate(
+    harness: Harness, analyst: Any, officer: Any
+) -> None:
+    from oversight.models import Gate
+
+    case = harness.case(analyst, [{"key": "poison", "tool": "kill_worker"}])
+    worker = harness.worker()
+    try:
+        approve_plan(case, officer)
+        wait_until("the dead letter", lambda: leaf(case, "poison").error_class == "poison",
+                   timeout=90, workers=(worker,))  # fmt: skip
+        for _ in range(10):
+            from oversight.actions import execution
+
+            execution.reconcile_execution()
+    finally:
+        worker.stop()
+    node = leaf(case, "poison")
+    assert node.attempts == 3
+    assert node.status == NodeStatus.AWAITING_APPROVAL
+    assert harness.effects_of(case, "poison")[1] == 3
+    gate = Gate.objects.get(case=case, kind="escalation", status="pending")
+    assert "dead-lettered" in gate.reason
