@@ -138,10 +138,10 @@ def test_landing_pages_claim_nothing_that_does_not_exist_yet(make: object) -> No
 @pytest.mark.parametrize(
     "make", [personas.analyst, personas.officer, _supervisor, personas.auditor]
 )
-def test_landing_pages_say_what_is_coming(make: object) -> None:
+def test_landing_pages_say_that_approved_plans_run(make: object) -> None:
     page = _client_for(make()).get("/").content.decode()  # type: ignore[operator]
-    note = page.split('data-note="coming"', 1)[1].split("</p>", 1)[0]
-    assert "Coming" in note or "coming" in note
+    note = page.split('data-note="execution"', 1)[1].split("</p>", 1)[0]
+    assert "step" in note and "coming" not in note.lower()
 
 
 def test_admin_landing_names_only_what_the_admin_configures() -> None:
