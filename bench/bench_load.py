@@ -18,10 +18,14 @@ verifies every audit chain (``verify_anchored_chain``, as ``GET /api/audit/verif
 
 Phase ``load``: the app talks to PostgreSQL and Redis directly. Phase ``load.delay``: through
 ``bench/delay_proxy.py``, 100 ms each way (200 ms added to every round trip, and to each new
-connection), with the same users. Latencies are exact (every request is recorded); the p95 target
-applies to the direct phase, where under delay the targets are no 5xx (a 503 from ``/health``
-is the documented answer when a dependency is slow), no request without an answer, and no
-duplicate decision.
+connection), with the same users. The officers sign in one a second (each sign-in hashes the
+password: about a second of CPU at Django's 1,500,000 PBKDF2 iterations); the measured window
+opens when the last has signed in and lasts the phase's time. Latencies are exact (every request
+is recorded); p50/p95/p99 are over the browsing and deciding requests started in the window, and
+the sign-ins are reported apart. The p95 target applies to the direct phase; in both phases the
+targets are no 5xx over the whole run (a 503 from ``/health`` is its documented answer when a
+dependency is unhealthy, counted apart), no request without an answer, decided events equal to
+the decisions the users were told of, no duplicate decision and every chain verified.
 
 ``python -m bench load`` runs the short form (``SHORT_S`` of load, ``SHORT_DELAY_S`` under delay);
 ``python -m bench load --minutes 10`` the long one (the delay phase lasts a fifth of it).
@@ -59,7 +63,7 @@ DEFAULT_REDIS = "redis://127.0.0.1:6379/13"
 USERS = 50
 SPAWN_RATE = 1.0  # officers signing in per second (each sign-in hashes a password twice)
 WAIT_S = (2.0, 10.0)  # an officer's pause between two tasks (6 s on average)
-SIGN_IN_LIMIT_S = 300.0  # the users' run ends if they have not all signed in by then
+SIGN_IN_LIMIT_S = 480.0  # the users' run ends if they have not all signed in by then
 OFFICERS = 10
 RACES = 10
 SHORT_S = 45.0
@@ -444,7 +448,7 @@ def _phase(
     for name, count in tracebacks.items():
         if count:
             text = (logs / f"{name}.log").read_text(errors="replace")
-            print(text[text.index("Traceback (most recent call last)") :][:3000], flush=True)
+            print(text[text.index("Traceback (most recent call last)") :][:15000], flush=True)
     counts = {
         key: after[key] - before[key] if key in ("decided_events", "decision_rows") else after[key]
         for key in after
