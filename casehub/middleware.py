@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponseBase
@@ -29,3 +30,32 @@ class NoStoreMiddleware:
         if response.get("Content-Type", "").startswith("text/html"):
             patch_vary_headers(response, HTMX_VARY)
         return response
+
+
+# A session's expiry moves on when it is saved; saving it on every request (Django's
+# SESSION_SAVE_EVERY_REQUEST) costs a database write per page. Once a minute is as good for an
+# idle timeout counted in minutes.
+SESSION_REFRESH_S = 60
+_SEEN_KEY = "_casehub_seen"
+
+
+class SessionIdleMiddleware:
+    """Keep a signed-in session alive while it is used: refresh its expiry at most once a minute.
+
+    The session then ends `SESSION_COOKIE_AGE` (the idle timeout) after its last refresh, within
+    a minute of the last request.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        """Answer the request; mark the session modified when its last refresh is a minute old."""
+        session = getattr(request, "session", None)
+        user = getattr(request, "user", None)
+        if session is not None and user is not None and user.is_authenticated:
+            now = int(time.time())
+            seen = session.get(_SEEN_KEY, 0)
+            if not isinstance(seen, int) or now - seen >= SESSION_REFRESH_S:
+                session[_SEEN_KEY] = now
+        return self.get_response(request)

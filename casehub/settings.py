@@ -62,6 +62,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "casehub.middleware.SessionIdleMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -364,13 +365,14 @@ AXES_DISABLE_ACCESS_LOG = True
 AXES_VERBOSE = False
 # Sessions: database-backed (oversight.actions.sessions ends a user's sessions by reading them),
 # HttpOnly, Secure outside DEBUG and demo mode (SECURE_COOKIES above), SameSite=Lax, and ended
-# after CASEHUB_SESSION_IDLE_MINUTES without a request (every request moves the expiry on).
+# after CASEHUB_SESSION_IDLE_MINUTES without a request (use moves the expiry on every minute).
 SESSION_ENGINE = "django.contrib.sessions.backends.db"
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 CASEHUB_SESSION_IDLE_MINUTES = env_int("CASEHUB_SESSION_IDLE_MINUTES", 30, minimum=1)
 SESSION_COOKIE_AGE = CASEHUB_SESSION_IDLE_MINUTES * 60
-SESSION_SAVE_EVERY_REQUEST = True
+# casehub.middleware.SessionIdleMiddleware moves the expiry on, once a minute of use at most.
+SESSION_SAVE_EVERY_REQUEST = False
 # API tokens live this long from their creation; a user holds at most this many (a new one
 # beyond it revokes the oldest).
 CASEHUB_API_TOKEN_TTL_HOURS = env_int("CASEHUB_API_TOKEN_TTL_HOURS", 168, minimum=1)

@@ -236,8 +236,11 @@ class Gate(models.Model):
             models.UniqueConstraint(
                 fields=["version"], condition=Q(kind="plan"), name="gate_one_plan_gate_per_version"
             ),
+            # One live step gate per step; an approval that expired is replaced by a new gate.
             models.UniqueConstraint(
-                fields=["node"], condition=Q(kind="step"), name="gate_one_step_gate_per_node"
+                fields=["node"],
+                condition=Q(kind="step", status__in=["pending", "approved"]),
+                name="gate_one_live_step_gate_per_node",
             ),
             models.CheckConstraint(
                 condition=Q(kind="plan", node__isnull=True) | ~Q(kind="plan"),

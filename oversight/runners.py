@@ -22,7 +22,8 @@ from oversight.actions.execution import Claim, ErrorClass, LeafStopped, check_sa
 from planning.catalogue import all_tool_specs, registered_packs
 from planning.core.catalogue import DomainPack, ToolCall, ToolSpec, TransientToolError
 from planning.core.errors import PlanInvalid, flatten_errors
-from planning.core.validation import resolve_inputs
+from planning.core.tree import thaw
+from planning.core.validation import REF_KEY, is_ref, resolve_inputs
 from planning.models import Agent, Case, NodeStatus, PlanNode
 
 
@@ -109,6 +110,18 @@ def upstream_outputs(node: PlanNode) -> dict[str, Any]:
     }
 
 
+def referenced_outputs(node: PlanNode) -> dict[str, Any]:
+    """Return the outputs a tool leaf's inputs refer to (`$ref`), by key: only those rows."""
+    keys = {str(v[REF_KEY]) for v in thaw(node.inputs or {}).values() if is_ref(v)}
+    if not keys:
+        return {}
+    return dict(
+        PlanNode.objects.filter(
+            version_id=node.version_id, key__in=keys, status=NodeStatus.SUCCEEDED
+        ).values_list("key", "output")
+    )
+
+
 def _pack_of_tool(name: str) -> DomainPack | None:
     return next(
         (p for p in registered_packs().values() if any(t.name == name for t in p.tools)), None
@@ -157,14 +170,14 @@ def run(claim: Claim) -> dict[str, Any]:
 
         open_work_item(claim, group_name=human_group(agent))
         raise WaitingForPerson(node.key)
-    outputs = upstream_outputs(node)
     if agent.kind == Agent.Kind.LLM:
+        outputs = upstream_outputs(node)
         from oversight.llm_runner import run_llm_leaf
 
         return check_output(node, run_llm_leaf(claim, node, agent, outputs))
     if not node.tool:
         raise LeafError(ErrorClass.INVALID_INPUT, f"tool agent {agent.slug} has no tool to call")
-    return check_output(node, run_tool(claim, node, agent, outputs))
+    return check_output(node, run_tool(claim, node, agent, referenced_outputs(node)))
 
 
 def human_group(agent: Agent) -> str:

@@ -48,6 +48,24 @@ class Evidence:
         return Evidence(successes=self.successes, failures=self.failures + 1)
 
 
+# Outcomes are stored as weights that grow with time (`weight`): an older outcome then counts
+# less than a newer one without rewriting the stored sums, and adding one is a plain increment.
+EPOCH_S = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+
+
+def weight(at_s: float, half_life_s: float = HALF_LIFE_S) -> float:
+    """Return the stored weight of one outcome at `at_s` (seconds since the Unix epoch)."""
+    return 2.0 ** ((at_s - EPOCH_S) / half_life_s)
+
+
+def evidence_at(
+    successes: float, failures: float, at_s: float, half_life_s: float = HALF_LIFE_S
+) -> Evidence:
+    """Return stored weighted sums as decayed counts seen at `at_s`."""
+    scale = weight(at_s, half_life_s)
+    return Evidence(successes=successes / scale, failures=failures / scale)
+
+
 def score(prior: float, evidence: Evidence) -> float:
     """Return the trust in [0, 1]: the Beta mean with `prior` as prior mean.
 
@@ -57,7 +75,8 @@ def score(prior: float, evidence: Evidence) -> float:
         raise ValueError("the prior trust must be between 0 and 1")
     alpha = prior * PRIOR_WEIGHT + evidence.successes
     beta = (1 - prior) * PRIOR_WEIGHT + evidence.failures
-    return alpha / (alpha + beta)
+    # Rounded: without evidence the score is the prior exactly (0.6 stays 0.6, not 0.5999…).
+    return round(alpha / (alpha + beta), 9)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,7 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
-from django.db.models import Count, Q
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from oversight import dispatch, notify, trust
@@ -252,16 +252,23 @@ def start_execution(case: Case, *, actor: User | None) -> list[int]:
 
 
 def release_ready(
-    version: PlanVersion, *, candidates: Iterable[int] | None = None, keep: int = 0
+    version: PlanVersion,
+    *,
+    candidates: Iterable[int] | None = None,
+    keep: int = 0,
+    case: Case | None = None,
+    announce: bool = True,
 ) -> list[int]:
     """Make `pending` leaves whose dependencies all succeeded `ready`, and send them on commit.
 
     `candidates` limits the check to those leaf ids (the dependents of a leaf that just ended).
     The candidates are locked in id order, so that of several parents ending at once exactly one
     releases their common child (E11). The first `keep` are not sent: the caller runs them on
-    its own worker (the reconciler sends them if it dies first). Returns the ids made ready.
+    its own worker (the reconciler sends them if it dies first). `case` is the version's case
+    when the caller holds it (locked) already. The leaves made ready are audited in one event,
+    or, `announce=False`, by the caller (a completion names them in its own). Returns their ids.
     """
-    case = version.case
+    case = case if case is not None else version.case
     if case.status not in RUNNING_CASE_STATUSES or case.current_version_id != version.pk:
         return []
     query = PlanNode.objects.filter(version=version, kind=LEAF, status=NodeStatus.PENDING)
@@ -270,25 +277,34 @@ def release_ready(
     pending = list(query.select_for_update().order_by("pk"))
     if not pending:
         return []
+    # Only the statuses of the leaves the candidates wait for (the unique (version, key) index),
+    # not the whole plan's: a completion costs the same in a plan of 10 leaves or of 1,000.
+    waited_for = {dep for node in pending for dep in node.depends_on}
     statuses = dict(
-        PlanNode.objects.filter(version=version, kind=LEAF).values_list("key", "status")
+        PlanNode.objects.filter(version=version, kind=LEAF, key__in=waited_for).values_list(
+            "key", "status"
+        )
     )
     ready = [
         node
         for node in pending
         if all(statuses.get(dep) == NodeStatus.SUCCEEDED for dep in node.depends_on)
     ]
-    now = timezone.now()
-    for node in ready:
-        PlanNode.objects.filter(pk=node.pk, status=NodeStatus.PENDING).update(
-            status=NodeStatus.READY, enqueued_at=now
-        )
-    chain = case_chain(case.pk)
-    for node in ready:
+    if not ready:
+        return []
+    # The candidates are locked above: one statement moves them all.
+    PlanNode.objects.filter(pk__in=[n.pk for n in ready], status=NodeStatus.PENDING).update(
+        status=NodeStatus.READY, enqueued_at=timezone.now()
+    )
+    if announce:
         append_event(
-            "execution.leaf.ready",
-            chain=chain,
-            data={"node": node.key, "before": {"status": "pending"}, "after": {"status": "ready"}},
+            "execution.leaves.ready",
+            chain=case_chain(case.pk),
+            data={
+                "nodes": [n.key for n in ready],
+                "before": {"status": "pending"},
+                "after": {"status": "ready"},
+            },
         )
     if is_stopped():
         return []
@@ -335,7 +351,9 @@ def _approval_problem(node: PlanNode, case: Case, now: datetime) -> str | None:
         return "the plan gate is not approved"
     if plan[0].content_hash != node.version.content_hash:
         return "the plan changed after its approval"
-    for gate in (g for g in gates if g.kind == GateKind.STEP):
+    # The step's live gate: an approval that expired was replaced by a newer gate.
+    steps = sorted((g for g in gates if g.kind == GateKind.STEP), key=lambda g: g.pk)
+    for gate in steps[-1:]:
         if gate.status != GateStatus.APPROVED:
             return f"the step gate is {gate.status}"
         if gate.content_hash != node.content_hash:
@@ -345,14 +363,24 @@ def _approval_problem(node: PlanNode, case: Case, now: datetime) -> str | None:
     return None
 
 
-def _routing(node: PlanNode) -> trust.Routing:
-    """Check who should run the leaf: the planned agent while it is trusted enough."""
+def _routing(node: PlanNode, planned: Agent | None) -> trust.Routing:
+    """Check who should run the leaf: the planned agent while it is trusted enough.
+
+    The planned agent's own trust is read first; the other candidates (and their load) only
+    when it is not trusted enough or not available.
+    """
     from oversight.actions.gates import active_policy
 
     _, policy = active_policy()
-    planned = Agent.objects.filter(slug=node.agent).first()
+    threshold = policy.trust_threshold
     capabilities = list(planned.capabilities) if planned is not None else []
-    able = Agent.objects.filter(enabled=True)
+    if planned is not None and planned.enabled:
+        mine = effective_trust(planned, capabilities)
+        if mine >= threshold:
+            return trust.route(
+                node.agent, [trust.Candidate(agent=planned.slug, trust=mine)], threshold=threshold
+            )
+    able = Agent.objects.filter(enabled=True).prefetch_related("scores")
     if planned is not None:
         able = able.filter(kind=planned.kind)
     running = dict(
@@ -370,14 +398,13 @@ def _routing(node: PlanNode) -> trust.Routing:
         candidates.append(
             trust.Candidate(
                 agent=agent.slug,
-                trust=effective_trust(agent, capabilities),
+                trust=effective_trust(agent, capabilities, list(agent.scores.all())),
                 load=running.get(agent.slug, 0),
             )
         )
-    return trust.route(node.agent, candidates, threshold=policy.trust_threshold)
+    return trust.route(node.agent, candidates, threshold=threshold)
 
 
-@transaction.atomic
 def claim_leaf(node_id: int, *, worker: str = "") -> Claim:
     """Claim a ready leaf for `worker`: `ready → running`, attempt + 1, a lease.
 
@@ -385,9 +412,18 @@ def claim_leaf(node_id: int, *, worker: str = "") -> Claim:
     the case does not run, when execution is stopped, or when its approvals no longer hold (the
     leaf then waits for a new approval, audited: O4, O5).
     """
+    with transaction.atomic():
+        claim = _claim(node_id, worker)
+    if isinstance(claim, str):
+        # The refusal's own changes (the leaf waits for a new approval) are committed above.
+        raise ClaimRefused(claim)
+    return claim
+
+
+def _claim(node_id: int, worker: str) -> Claim | str:
     node = (
         PlanNode.objects.select_for_update(of=("self",))
-        .select_related("version")
+        .select_related("version", "version__case")
         .filter(pk=node_id, kind=LEAF)
         .first()
     )
@@ -395,7 +431,7 @@ def claim_leaf(node_id: int, *, worker: str = "") -> Claim:
         raise ClaimRefused("no such leaf")
     if node.status != NodeStatus.READY:
         raise ClaimRefused(f"the leaf is {node.status}")
-    case = Case.objects.get(pk=node.version.case_id)
+    case = node.version.case
     if case.status not in RUNNING_CASE_STATUSES:
         raise ClaimRefused(f"the case is {case.status}")
     if is_stopped():
@@ -404,12 +440,12 @@ def claim_leaf(node_id: int, *, worker: str = "") -> Claim:
     chain = case_chain(case.pk)
     if (why := _approval_problem(node, case, now)) is not None:
         _refuse_for_approval(node, case, why)
-        raise ClaimRefused(why)
-    routing = _routing(node)
-    overruled = Gate.objects.filter(
-        version=node.version, node=node, kind=GateKind.ESCALATION, status=GateStatus.APPROVED
-    ).exists()
-    if (routing.escalate or routing.agent != node.agent) and not overruled:
+        return why
+    planned = Agent.objects.filter(slug=node.agent).first()
+    routing = _routing(node, planned)
+    objects = routing.escalate or routing.agent != node.agent
+    # An approved escalation overrules the routing; it is only looked for when routing objects.
+    if objects and not _overruled(node):
         PlanNode.objects.filter(pk=node.pk).update(
             status=NodeStatus.AWAITING_APPROVAL, routing=routing.as_data()
         )
@@ -426,7 +462,7 @@ def claim_leaf(node_id: int, *, worker: str = "") -> Claim:
             reason=f"routing of step {node.key}: {routing.rationale}; approve to run it with "
             f"{node.agent} as planned, or edit the plan",
         )
-        raise ClaimRefused(routing.rationale)
+        return routing.rationale
     attempt = node.attempts + 1
     lease_until = now + timedelta(seconds=lease_s())
     PlanNode.objects.filter(pk=node.pk).update(
@@ -454,7 +490,7 @@ def claim_leaf(node_id: int, *, worker: str = "") -> Claim:
             "after": {"status": "running"},
         },
     )
-    agent_kind = Agent.objects.filter(slug=node.agent).values_list("kind", flat=True).first()
+    agent_kind = planned.kind if planned is not None else ""
     return Claim(
         node_id=node.pk,
         case_id=case.pk,
@@ -465,6 +501,12 @@ def claim_leaf(node_id: int, *, worker: str = "") -> Claim:
         idempotency_key=idempotency_key(node),
         lease_until=lease_until,
     )
+
+
+def _overruled(node: PlanNode) -> bool:
+    return Gate.objects.filter(
+        version=node.version, node=node, kind=GateKind.ESCALATION, status=GateStatus.APPROVED
+    ).exists()
 
 
 def _refuse_for_approval(node: PlanNode, case: Case, why: str) -> None:
@@ -562,14 +604,32 @@ def _record_stale(exc: StaleResult) -> None:
     )
 
 
+@functools.lru_cache(maxsize=256)
+def _dependents_by_key(version_id: int, stored_at: datetime) -> Mapping[str, tuple[int, ...]]:
+    """Return, for one plan version, the ids of the leaves waiting for each leaf key.
+
+    Read once per version and worker process: a stored version's DAG never changes (an edit
+    stores a new version), so the whole plan is not read again at every completion.
+    """
+    found: dict[str, list[int]] = {}
+    rows = PlanNode.objects.filter(version_id=version_id, kind=LEAF).values_list("pk", "depends_on")
+    for pk, deps in rows:
+        for dep in deps:
+            found.setdefault(dep, []).append(pk)
+    return {key: tuple(pks) for key, pks in found.items()}
+
+
+@functools.lru_cache(maxsize=256)
+def _leaf_keys(version_id: int, stored_at: datetime) -> Mapping[int, str]:
+    """Return the keys of one plan version's leaves by id (a stored version never changes).
+
+    Cached by id and time of storing: an id a restored database hands out again is another key.
+    """
+    return dict(PlanNode.objects.filter(version_id=version_id, kind=LEAF).values_list("pk", "key"))
+
+
 def _dependents(node: PlanNode) -> list[int]:
-    return [
-        pk
-        for pk, deps in PlanNode.objects.filter(version_id=node.version_id, kind=LEAF).values_list(
-            "pk", "depends_on"
-        )
-        if node.key in deps
-    ]
+    return list(_dependents_by_key(node.version_id, node.version.created_at).get(node.key, ()))
 
 
 def _end_attempt(node: PlanNode, attempt: int, outcome: str, **fields: str) -> None:
@@ -625,6 +685,19 @@ def _complete(
         )
         _end_attempt(node, attempt, LeafAttempt.Outcome.SUCCEEDED)
         record_outcome(node.agent, "succeeded", now=now)
+        ready = (
+            []
+            if cancelled
+            else release_ready(
+                node.version,
+                candidates=_dependents(node),
+                keep=keep,
+                case=case,
+                announce=False,
+            )
+        )
+        keys = _leaf_keys(node.version_id, node.version.created_at)
+        released = [keys[pk] for pk in ready]
         append_event(
             "execution.leaf.succeeded",
             actor=node.agent or None,
@@ -634,14 +707,10 @@ def _complete(
                 "attempt": attempt,
                 "output": dict(output),
                 "finished_after_cancel": cancelled,
+                "released": sorted(released),
                 "before": {"status": "running"},
                 "after": {"status": "succeeded"},
             },
-        )
-        ready = (
-            []
-            if cancelled
-            else release_ready(node.version, candidates=_dependents(node), keep=keep)
         )
         finish_if_done(case)
         return Ended(node_id=node.pk, status=NodeStatus.SUCCEEDED, ready=tuple(ready))
@@ -938,6 +1007,13 @@ def _end_case(
 
 
 def _cancel_open_leaves(version_id: int) -> None:
+    # A human leaf waiting for its work item has no worker to reach a safe point: it ends here.
+    waiting = WorkItem.objects.filter(
+        node__version_id=version_id, status=WorkItem.Status.OPEN
+    ).values_list("node_id", flat=True)
+    PlanNode.objects.filter(pk__in=list(waiting), status=NodeStatus.RUNNING).update(
+        status=NodeStatus.CANCELLED, finished_at=timezone.now(), lease_until=None
+    )
     PlanNode.objects.filter(
         version_id=version_id,
         kind=LEAF,
@@ -1019,50 +1095,53 @@ def cancel_case(*, case_id: int, user: User, reason_code: str, reason: str = "")
 # Trust ------------------------------------------------------------------------------------------
 
 
-def effective_trust(agent: Agent, capabilities: Sequence[str]) -> float:
-    """Return the agent's learned trust for `capabilities` (the lowest; the prior without data)."""
-    rows = {s.capability: s for s in TrustScore.objects.filter(agent=agent)}
-    now = timezone.now()
+def effective_trust(
+    agent: Agent, capabilities: Sequence[str], rows: Sequence[TrustScore] | None = None
+) -> float:
+    """Return the agent's learned trust for `capabilities` (the lowest; the prior without data).
+
+    `rows` are the agent's scores when the caller read them already.
+    """
+    found = {s.capability: s for s in (rows if rows is not None else agent.scores.all())}
+    now = timezone.now().timestamp()
     scores = []
     for capability in capabilities or ["*"]:
-        row = rows.get(capability)
-        evidence = trust.Evidence()
-        if row is not None:
-            evidence = trust.Evidence(successes=row.successes, failures=row.failures).decayed(
-                max(0.0, (now - row.updated_at).total_seconds())
-            )
+        row = found.get(capability)
+        evidence = (
+            trust.evidence_at(row.successes, row.failures, now)
+            if row is not None
+            else trust.Evidence()
+        )
         scores.append(trust.score(agent.trust, evidence))
     return min(scores)
 
 
 def record_outcome(agent_slug: str, outcome: trust.Outcome, *, now: datetime) -> None:
-    """Add an outcome to the agent's trust for each of its capabilities (caller's transaction)."""
+    """Add an outcome to the agent's trust for each of its capabilities (caller's transaction).
+
+    One increment of the stored weighted sums, no row read or locked first: completions of
+    every case share an agent's rows, so they must not queue behind each other here.
+    """
+    if outcome not in trust.OUTCOMES:
+        raise ValueError(f"unknown outcome {outcome!r}")
+    w = trust.weight(now.timestamp())
+    column = "successes" if outcome == "succeeded" else "failures"
+    changed = TrustScore.objects.filter(agent__slug=agent_slug).update(
+        **{column: F(column) + w}, updated_at=now
+    )
+    if changed:
+        return
     agent = Agent.objects.filter(slug=agent_slug).first()
     if agent is None:
         return
-    for capability in list(agent.capabilities) or ["*"]:
-        row = (
-            TrustScore.objects.select_for_update()
-            .filter(agent=agent, capability=capability)
-            .first()
-        )
-        if row is None:
-            evidence = trust.Evidence().adding(outcome)
-            TrustScore.objects.create(
-                agent=agent,
-                capability=capability,
-                successes=evidence.successes,
-                failures=evidence.failures,
-                updated_at=now,
-            )
-            continue
-        evidence = (
-            trust.Evidence(successes=row.successes, failures=row.failures)
-            .decayed(max(0.0, (now - row.updated_at).total_seconds()))
-            .adding(outcome)
-        )
-        row.successes, row.failures, row.updated_at = evidence.successes, evidence.failures, now
-        row.save(update_fields=["successes", "failures", "updated_at"])
+    TrustScore.objects.bulk_create(
+        [
+            TrustScore(agent=agent, capability=c, successes=0.0, failures=0.0, updated_at=now)
+            for c in list(agent.capabilities) or ["*"]
+        ],
+        ignore_conflicts=True,
+    )
+    TrustScore.objects.filter(agent=agent).update(**{column: F(column) + w}, updated_at=now)
 
 
 # The reconciler ---------------------------------------------------------------------------------

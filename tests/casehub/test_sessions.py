@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -89,7 +90,7 @@ def test_production_cookies_are_secure_http_only_and_same_site(tmp_path: Path) -
         "SESSION_COOKIE_SAMESITE": "Lax",
         "CSRF_COOKIE_SECURE": True,
         "SESSION_COOKIE_AGE": 30 * 60,
-        "SESSION_SAVE_EVERY_REQUEST": True,
+        "SESSION_SAVE_EVERY_REQUEST": False,  # the idle middleware refreshes once a minute
     }
 
 
@@ -145,6 +146,25 @@ def test_a_session_idle_past_the_timeout_is_dead_and_each_request_moves_it_on() 
     assert moved > soon + timedelta(minutes=10), "a request restarts the idle timeout"
     Session.objects.filter(session_key=key).update(expire_date=timezone.now() - timedelta(1))
     assert not _is_signed_in(client)
+
+
+@pytest.mark.scenario("W6")
+def test_requests_within_a_minute_refresh_the_session_once_then_again_after_it() -> None:
+    from casehub.middleware import SESSION_REFRESH_S
+
+    personas.analyst()
+    client = _signed_in_browser()
+    key = client.cookies[COOKIE].value
+    assert _is_signed_in(client)
+    first = Session.objects.get(session_key=key).expire_date
+    assert _is_signed_in(client)
+    assert Session.objects.get(session_key=key).expire_date == first, "no write within a minute"
+    session = client.session
+    session["_casehub_seen"] = int(time.time()) - SESSION_REFRESH_S
+    session.save()
+    Session.objects.filter(session_key=key).update(expire_date=timezone.now() + timedelta(1))
+    assert _is_signed_in(client)
+    assert Session.objects.get(session_key=key).expire_date < timezone.now() + timedelta(hours=1)
 
 
 @pytest.mark.scenario("W6")

@@ -136,3 +136,102 @@ def test_the_global_stop_holds_ready_leaves_and_resume_runs_them_once(
     execution.execute_leaf(first.pk, worker="a")
     assert leaves(case)["extract-fields"].attempts == 1
     assert WorkItem.objects.count() == 0
+
+
+@pytest.mark.scenario("O4", "R4", "R3")
+def test_an_approval_that_expired_before_execution_never_runs_and_a_new_one_is_asked_for(
+    analyst, officer, second_officer
+):
+    from django.utils import timezone
+
+    case = planned_invoice_case(analyst)
+    approve(_gate(case, GateKind.PLAN), officer)
+    hold = _gate(case, GateKind.STEP, "place-hold")
+    approve(hold, officer, password=PASSWORD)
+    Gate.objects.filter(pk=hold.pk).update(
+        approval_expires_at=timezone.now() - timezone.timedelta(minutes=1)
+    )
+    run_ready(case)
+    nodes = leaves(case)
+    assert nodes["place-hold"].status == NodeStatus.AWAITING_APPROVAL
+    assert nodes["place-hold"].attempts == 0
+    assert ErpPaymentHold.objects.filter(invoice_id="INV-1042").count() == 0
+    hold.refresh_from_db()
+    assert hold.status == GateStatus.EXPIRED
+    refusal = AuditEvent.objects.get(action="execution.leaf.claim_refused")
+    assert "approval expired" in refusal.data["why"]
+    fresh = _gate(case, GateKind.STEP, "place-hold")
+    assert fresh.pk != hold.pk and "re-approval needed" in fresh.reason
+    approve(fresh, second_officer, password=PASSWORD)
+    run_ready(case)
+    assert leaves(case)["place-hold"].status == NodeStatus.SUCCEEDED
+    assert ErpPaymentHold.objects.filter(invoice_id="INV-1042").count() == 1
+
+
+@pytest.mark.scenario("O5")
+def test_a_step_changed_after_its_approval_is_not_run(analyst, officer):
+    case = planned_invoice_case(analyst)
+    approve(_gate(case, GateKind.PLAN), officer)
+    hold = _gate(case, GateKind.STEP, "place-hold")
+    approve(hold, officer, password=PASSWORD)
+    # Whatever changed the row behind the approval's back, the hash no longer matches.
+    PlanNode.objects.filter(pk=hold.node_id).update(content_hash="0" * 64)
+    run_ready(case)
+    assert leaves(case)["place-hold"].status == NodeStatus.AWAITING_APPROVAL
+    refusal = AuditEvent.objects.get(action="execution.leaf.claim_refused")
+    assert "content hash differs" in refusal.data["why"]
+    assert ErpPaymentHold.objects.count() == 0
+
+
+@pytest.mark.scenario("L3")
+@pytest.mark.parametrize(
+    "invoice_id",
+    [
+        "../../etc/passwd",
+        "file:///etc/passwd",
+        "http://169.254.169.254/latest/meta-data/",
+        "INV-1042'; DROP TABLE planning_case; --",
+        10**400,
+        {"$gt": ""},
+    ],
+)
+def test_hostile_tool_arguments_are_refused_by_the_tools_schema_before_the_tool_runs(
+    analyst, officer, invoice_id, monkeypatch
+):
+    import socket
+
+    def no_network(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a tool tried to open a connection")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    case = planned_invoice_case(analyst)
+    first = leaves(case)["extract-fields"]
+    PlanNode.objects.filter(pk=first.pk).update(inputs={"invoice_id": invoice_id})
+    PlanNode.objects.filter(pk=first.pk).update(
+        content_hash=PlanNode.objects.get(pk=first.pk).content_hash
+    )
+    approve(_gate(case, GateKind.PLAN), officer)
+    execution.execute_leaf(first.pk, worker="test")
+    node = leaves(case)["extract-fields"]
+    assert node.status == NodeStatus.FAILED
+    assert node.error_class == "invalid_input"
+    assert "extract_invoice_fields refused its inputs" in node.error
+
+
+@pytest.mark.scenario("E12", "R8")
+def test_cancelling_a_case_whose_human_step_waits_ends_the_step_and_its_work_item(
+    analyst, officer
+):
+    from planning.models import Agent
+
+    case = planned_invoice_case(analyst)
+    first = leaves(case)["extract-fields"]
+    Agent.objects.filter(slug=first.agent).update(kind="human")
+    approve(_gate(case, GateKind.PLAN), officer)
+    assert execution.execute_leaf(first.pk, worker="test") == [f"{first.pk} waits for a person"]
+    item = WorkItem.objects.get(node=first)
+    execution.cancel_case(case_id=case.pk, user=officer, reason_code="other", reason="not needed")
+    item.refresh_from_db()
+    assert item.status == WorkItem.Status.CANCELLED
+    assert leaves(case)["extract-fields"].status == NodeStatus.CANCELLED
+    assert {n.status for n in leaves(case).values()} == {NodeStatus.CANCELLED}

@@ -187,7 +187,7 @@ def test_approving_the_plan_gate_approves_the_case_and_tells_the_submitter() -> 
         "oversight.gate.decided",
         "planning.case.approved",
         "planning.case.executing",
-        "execution.leaf.ready",
+        "execution.leaves.ready",
     ]
     assert verify_chain(case_chain(case.pk)) == []
 
