@@ -1356,10 +1356,11 @@ def _run_claimed(claim: Claim) -> Ended | None:
     except runners.LeafTimeLimit as exc:
         error_class, error = ErrorClass.TIMEOUT, str(exc)
     except runners.LeafError as exc:
+        if isinstance(exc.__cause__, OperationalError | InterfaceError):
+            return _lost_database(claim, exc.__cause__)
         error_class, error = exc.error_class, str(exc)
     except (OperationalError, InterfaceError) as exc:
-        connection.close()
-        error_class, error = ErrorClass.TRANSIENT, f"database: {exc}"
+        return _lost_database(claim, exc)
     except Exception as exc:
         logger.exception("leaf %s failed", claim.key)
         error_class, error = ErrorClass.TOOL_FAILURE, f"{type(exc).__name__}: {exc}"
@@ -1374,6 +1375,39 @@ def _run_claimed(claim: Claim) -> Ended | None:
         lambda: fail_leaf(claim.node_id, claim.attempt, error_class=error_class, error=error),
         what="failing a leaf",
     )
+
+
+def _lost_database(claim: Claim, exc: BaseException) -> Ended:
+    """Hand back an attempt that lost CaseHub's own database mid-run: it is not the leaf's failure.
+
+    The leaf is ready again for another attempt (its effects carry the same idempotency key),
+    like a leaf whose worker was lost; after as many deliveries it fails as transient.
+    """
+    connection.close()
+    why = f"database connection lost: {exc}"[:500]
+
+    def requeue() -> Ended:
+        with transaction.atomic():
+            try:
+                node, case = _locked_attempt(claim.node_id, claim.attempt)
+            except StaleResult:
+                return Ended(node_id=claim.node_id, status="stale")
+            if node.attempts >= max_deliveries():
+                return _apply_failure(
+                    node, case, claim.attempt, error_class=ErrorClass.TRANSIENT, error=why
+                )
+            _end_attempt(node, claim.attempt, LeafAttempt.Outcome.LOST, error=why)
+            PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.READY, lease_until=None)
+            append_event(
+                "execution.leaf.recovered",
+                chain=case_chain(case.pk),
+                data={"node": node.key, "attempt": claim.attempt, "why": why},
+            )
+            if not is_stopped():
+                _send(node.pk)
+            return Ended(node_id=node.pk, status=NodeStatus.READY)
+
+    return _with_database_retry(requeue, what="handing a leaf back")
 
 
 def execute_leaf(node_id: int, *, worker: str) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from oversight.models import AuditEvent, LeafAttempt
-from planning.models import CaseStatus, ErpPaymentHold, NodeStatus
+from planning.models import CaseStatus, ErpPaymentHold, NodeStatus, PlanNode
 from tests.integration.execution import Harness, approve_plan, kill, leaf, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -339,3 +339,124 @@ def test_a_poison_leaf_is_dead_lettered_with_an_escalation_gate(
     assert harness.effects_of(case, "poison")[1] == 3
     gate = Gate.objects.get(case=case, kind="escalation", status="pending")
     assert "dead-lettered" in gate.reason
+
+
+def _rss_kb(worker: Any) -> int:
+    """Return the resident memory of a worker's processes (main and pool children), in kB."""
+    import subprocess
+
+    pids = subprocess.run(
+        ["pgrep", "-g", str(worker.process.pid)], capture_output=True, text=True
+    ).stdout.split()
+    total = 0
+    for pid in pids:
+        try:
+            status = open(f"/proc/{pid}/status").read()  # noqa: SIM115
+        except OSError:
+            continue
+        total += next(int(line.split()[1]) for line in status.splitlines() if "VmRSS" in line)
+    return total
+
+
+@pytest.mark.scenario("P2")
+def test_a_thousand_leaves_on_two_workers_all_complete_once_and_memory_stays_flat(
+    harness: Harness, analyst: Any, officer: Any, settings: Any
+) -> None:
+    settings.CASEHUB_PLAN_MAX_LEAVES = 1001
+    settings.CASEHUB_PLAN_MAX_FANOUT = 1001
+    case = harness.case(analyst, [{"key": f"n{i}"} for i in range(1000)])
+    worker = harness.worker(concurrency=2)
+    try:
+        approve_plan(case, officer)
+
+        def warm() -> bool:
+            return (
+                PlanNode.objects.filter(version=case.current_version, status="succeeded").count()
+                >= 100
+            )
+
+        wait_until("the first hundred", warm, timeout=300, workers=(worker,))
+        start = _rss_kb(worker)
+
+        def drained() -> bool:
+            return (
+                not PlanNode.objects.filter(version=case.current_version, kind="leaf")
+                .exclude(status="succeeded")
+                .exists()
+            )
+
+        wait_until("all thousand", drained, timeout=900, workers=(worker,))
+        end = _rss_kb(worker)
+    finally:
+        worker.stop()
+    nodes = PlanNode.objects.filter(version=case.current_version, kind="leaf")
+    assert set(nodes.values_list("attempts", flat=True)) == {1}
+    assert AuditEvent.objects.filter(action="execution.leaf.succeeded").count() == 1000
+    assert all(harness.effects_of(case, f"n{i}") == (1, 1) for i in range(0, 1000, 37))
+    assert end - start < 50 * 1024, f"worker memory grew from {start} kB to {end} kB"
+    case.refresh_from_db()
+    assert case.status == CaseStatus.COMPLETED
+
+
+@pytest.mark.scenario("E5")
+def test_database_connections_killed_during_claims_and_completions_leave_no_half_state(
+    harness: Harness, analyst: Any, officer: Any, settings: Any
+) -> None:
+    import threading
+    import time
+
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("killing a backend's connection needs PostgreSQL (CI runs it)")
+    settings.CASEHUB_PLAN_MAX_FANOUT = 20
+    keys = [f"k{i}" for i in range(20)]
+    case = harness.case(analyst, [{"key": k, "seconds": 0.2} for k in keys])
+    worker = harness.worker(concurrency=2)
+    stop = threading.Event()
+    killed: list[int] = []
+
+    def killer() -> None:
+        from django.db import connections
+
+        conn = connections.create_connection("default")
+        try:
+            while not stop.wait(0.15):
+                with conn.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                        "AND application_name <> 'casehub-test-main'"
+                    )
+                    killed.extend(1 for row in cursor.fetchall() if row[0])
+        finally:
+            conn.close()
+
+    with connection.cursor() as cursor:
+        cursor.execute("SET application_name = 'casehub-test-main'")
+    thread = threading.Thread(target=killer, daemon=True)
+    try:
+        approve_plan(case, officer)
+        thread.start()
+        time.sleep(4)
+        stop.set()
+        thread.join()
+
+        def done() -> bool:
+            return all(leaf(case, k).status == "succeeded" for k in keys)
+
+        wait_until("every leaf", done, timeout=180, workers=(worker,))
+    finally:
+        stop.set()
+        worker.stop()
+    assert killed, "no connection was killed: the test proved nothing"
+    for key in keys:
+        node = leaf(case, key)
+        outcomes = list(LeafAttempt.objects.filter(node=node).values_list("outcome", flat=True))
+        assert outcomes.count("succeeded") == 1, (key, outcomes)
+        assert harness.effects_of(case, key)[0] == 1, key
+        events = AuditEvent.objects.filter(action="execution.leaf.succeeded", data__node=key)
+        assert events.count() == 1, key
+    from oversight.audit import case_chain, verify_chain
+
+    assert verify_chain(case_chain(case.pk)) == []

@@ -121,9 +121,7 @@ def test_cancel_skips_queued_leaves_and_nothing_new_is_claimed(analyst, officer)
         execution.cancel_case(case_id=case.pk, user=analyst, reason_code="other")
 
 
-def test_the_global_stop_holds_ready_leaves_and_resume_runs_them_once(
-    analyst, officer, admin_user
-):
+def test_the_global_stop_holds_ready_leaves_and_resume_runs_them_once(analyst, officer, admin_user):
     case = planned_invoice_case(analyst)
     approve(_gate(case, GateKind.PLAN), officer)
     execution.set_stopped(stopped=True, user=admin_user, reason="maintenance")
@@ -219,9 +217,7 @@ def test_hostile_tool_arguments_are_refused_by_the_tools_schema_before_the_tool_
 
 
 @pytest.mark.scenario("E12", "R8")
-def test_cancelling_a_case_whose_human_step_waits_ends_the_step_and_its_work_item(
-    analyst, officer
-):
+def test_cancelling_a_case_whose_human_step_waits_ends_the_step_and_its_work_item(analyst, officer):
     from planning.models import Agent
 
     case = planned_invoice_case(analyst)
