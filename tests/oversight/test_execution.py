@@ -86,6 +86,7 @@ def test_the_invoice_case_runs_finds_the_duplicate_waits_at_the_hold_and_complet
     case.refresh_from_db()
     assert case.status == CaseStatus.COMPLETED, case.verification
     assert case.verification["passed"] is True
+    assert "the Invoice verification rules hold" in case.verification["checks"]
 
 
 def test_a_duplicate_message_is_refused_and_a_stale_result_is_fenced_off(analyst, officer):

@@ -10,6 +10,9 @@ Django side supplies a database-backed port. A case names an invoice the ERP mus
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from planning.core.catalogue import AgentSpec, DomainPack
 from planning.packs.invoice import goals
 from planning.packs.invoice.erp import InMemoryErp
@@ -74,6 +77,29 @@ AGENTS: tuple[AgentSpec, ...] = (
 )
 
 
+def goal_check(outputs: Mapping[str, Any]) -> list[str]:
+    """Return what keeps a run from having verified its invoice (goal-level verification).
+
+    The audit report must be there, and the payment hold must follow its recommendation: placed
+    when it says hold, not placed when it says approve.
+    """
+    report = outputs.get("audit-report")
+    if not isinstance(report, Mapping):
+        return ["no audit report was compiled"]
+    problems: list[str] = []
+    hold = outputs.get("place-hold")
+    if isinstance(hold, Mapping):
+        wanted = report.get("recommendation") == "hold"
+        if bool(hold.get("placed")) != wanted:
+            problems.append(
+                f"the report recommends {report.get('recommendation')!r} but the hold was "
+                + ("not placed" if wanted else "placed")
+            )
+    if report.get("recommendation") == "hold" and not report.get("findings"):
+        problems.append("the report recommends a hold without a finding")
+    return problems
+
+
 PACK = DomainPack(
     slug="invoice",
     name="Invoice verification",
@@ -88,4 +114,5 @@ PACK = DomainPack(
     check_data=check_inputs,
     capabilities=goals.capabilities,
     goal_facts=goals.goal_facts,
+    goal_check=goal_check,
 )

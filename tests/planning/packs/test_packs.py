@@ -212,3 +212,16 @@ def test_other_incident_kinds_have_no_method():
         plan_for(incident.PACK, {"kind": "ddos", "service": "web"})
     assert exc.value.task == "respond-to-incident"
     assert exc.value.methods_tried == ("database-outage-response", "security-breach-response")
+
+
+def test_the_invoice_goal_holds_when_the_hold_follows_the_reports_recommendation() -> None:
+    from planning.packs.invoice import goal_check
+
+    report = {"findings": ["duplicate payment"], "recommendation": "hold"}
+    assert goal_check({"audit-report": report, "place-hold": {"placed": True}}) == []
+    assert goal_check({"audit-report": report, "place-hold": {"placed": False}}) == [
+        "the report recommends 'hold' but the hold was not placed"
+    ]
+    clean = {"findings": [], "recommendation": "approve"}
+    assert goal_check({"audit-report": clean, "place-hold": {"placed": False}}) == []
+    assert goal_check({}) == ["no audit report was compiled"]
