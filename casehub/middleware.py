@@ -59,3 +59,12 @@ class SessionIdleMiddleware:
             if not isinstance(seen, int) or now - seen >= SESSION_REFRESH_S:
                 session[_SEEN_KEY] = now
         return self.get_response(request)
+
+
+def mark_session_fresh(
+    sender: object, request: HttpRequest | None = None, **kwargs: object
+) -> None:
+    """Count a sign-in as use of its session: the first request after it writes nothing."""
+    session = getattr(request, "session", None)
+    if session is not None:
+        session[_SEEN_KEY] = int(time.time())

@@ -149,7 +149,10 @@ def _on_groups_changed(
 
 def connect() -> None:
     """Connect the receivers (called once from OversightConfig.ready)."""
+    from casehub.middleware import mark_session_fresh
+
     user_logged_in.connect(_on_login, dispatch_uid="oversight.audit.login")
+    user_logged_in.connect(mark_session_fresh, dispatch_uid="casehub.session.fresh")
     user_login_failed.connect(_on_login_failed, dispatch_uid="oversight.audit.login_failed")
     user_logged_out.connect(_on_logout, dispatch_uid="oversight.audit.logout")
     pre_save.connect(_on_user_pre_save, sender=User, dispatch_uid="oversight.audit.user_pre_save")
