@@ -122,7 +122,9 @@ def test_analyst_submits_the_forms_defaults_and_watches_the_case_planned(
         worker.stop()
     assert page.evaluate("window.__notReloaded") is True  # htmx polling, not a reload
     assert page.get_attribute("#case-live", "hx-trigger") is None  # polling has stopped
-    assert "stops here for now" in page.inner_text("#case-live")
+    assert "nothing runs until a compliance officer approves the plan" in page.inner_text(
+        "#case-live"
+    )
 
     drawn = _drawn_steps(page)
     assert drawn >= INVOICE_STEPS, drawn

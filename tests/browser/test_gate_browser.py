@@ -60,7 +60,7 @@ def test_officer_reviews_and_approves_a_plan_gate_from_the_inbox(page: Any, tmp_
     assert "Your approval is recorded" in page.inner_text(".messages")
     assert "Olivia Ortega" in page.inner_text('[data-section="decisions"]')
     case.refresh_from_db()
-    assert case.status == CaseStatus.APPROVED
+    assert case.status == CaseStatus.EXECUTING  # approved, and its first steps are ready
     assert GateDecision.objects.filter(gate=plan_gate, decider=officer).count() == 1
     page.screenshot(path=str(tmp_path / "approved.png"), full_page=True)
 

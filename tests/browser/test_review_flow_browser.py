@@ -216,7 +216,7 @@ def test_two_officers_edit_review_approve_and_sign_an_invoice_case(
         assert "Your approval is recorded; the gate is approved" in page_two.inner_text(".messages")
         assert "Oscar Osei" in page_two.inner_text('[data-section="decisions"]')
         case.refresh_from_db()
-        assert case.status == CaseStatus.APPROVED
+        assert case.status == CaseStatus.EXECUTING  # approved, and its first steps are ready
 
         # The payment hold: approving it is a signature.
         page_two.goto(f"/gates/{v2_hold.pk}/")
