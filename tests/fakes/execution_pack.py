@@ -46,7 +46,7 @@ class LeafScript(PackModel):
 
 
 class ScriptInput(PackModel):
-    leaves: list[LeafScript] = Field(min_length=1, max_length=200)
+    leaves: list[LeafScript] = Field(min_length=1, max_length=1000)
 
 
 class EffectArgs(PackModel):
