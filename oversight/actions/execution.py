@@ -60,6 +60,8 @@ ENDED_LEAF_STATUSES = (
     NodeStatus.BLOCKED,
 )
 RUNNING_CASE_STATUSES = (CaseStatus.APPROVED, CaseStatus.EXECUTING)
+# At most this many ready leaves are sent again by one reconciler pass.
+REDISPATCH_BATCH = 100
 
 
 class ErrorClass:
@@ -1197,11 +1199,14 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
     if not stopped:
         stale_before = now - timedelta(seconds=redispatch_after_s())
         with transaction.atomic():
+            # The oldest first, a bounded batch a pass: a long queue behind busy workers is not
+            # lost, and re-sending all of it every pass would only grow it.
             lost = list(
                 PlanNode.objects.select_for_update(skip_locked=True)
                 .filter(status=NodeStatus.READY)
                 .filter(Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=stale_before))
-                .values_list("pk", flat=True)
+                .order_by("enqueued_at", "pk")
+                .values_list("pk", flat=True)[:REDISPATCH_BATCH]
             )
             for pk in lost:
                 _send(pk)

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
 from bench.delay_proxy import DelayProxy
 
 DELAY_S = 0.01
+
+
+def _run[T](coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine on a loop of its own thread (the browser tests keep one in this thread)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -40,7 +49,7 @@ async def _through_proxy(payload: bytes) -> tuple[bytes, int]:
 
 def test_bytes_cross_the_proxy_intact_both_ways_and_the_end_of_stream_passes_on() -> None:
     payload = os.urandom(300_000)  # several chunks each way
-    echoed, connections = asyncio.run(_through_proxy(payload))
+    echoed, connections = _run(_through_proxy(payload))
     assert echoed == payload
     assert connections == 1
 
@@ -85,7 +94,7 @@ async def _severed() -> tuple[bytes, bytes]:
 
 
 def test_a_severed_connection_ends_on_both_sides() -> None:
-    client_saw, server_saw = asyncio.run(_severed())
+    client_saw, server_saw = _run(_severed())
     assert client_saw == b""
     assert server_saw == b"ping end"
 
