@@ -122,6 +122,12 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Argon2id first (about a quarter of PBKDF2's CPU at Django's parameters on this kind of machine;
+# 100 MiB a hash); PBKDF2 still verifies older hashes, which are upgraded at the next sign-in.
+PASSWORD_HASHERS = [
+    "django.contrib.auth.hashers.Argon2PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -221,10 +227,19 @@ CASEHUB_EXECUTION_RECONCILE_INTERVAL_S = env_int(
 )
 # More domain packs, as dotted paths to a planning.core.catalogue.DomainPack.
 CASEHUB_EXTRA_PACKS = env_list("CASEHUB_EXTRA_PACKS", [])
-# Redis redelivers an unacknowledged message after this long: longer than any leaf may run.
+# Redis redelivers an unacknowledged message after this long: longer than any leaf may run
+# (`check --deploy` warns when it is shorter than a run_leaf task's time limit; a message
+# redelivered early is refused by the claim all the same). Overdue messages are looked for
+# every tenth of it: at least every second, at most every 100 s (kombu's own default).
+CASEHUB_BROKER_VISIBILITY_TIMEOUT_S = env_int(
+    "CASEHUB_BROKER_VISIBILITY_TIMEOUT_S", max(3600, 4 * CASEHUB_LEAF_HARD_LIMIT_S), minimum=1
+)
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    _restore_sweep_s = min(100, max(1, CASEHUB_BROKER_VISIBILITY_TIMEOUT_S // 10))
     CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "visibility_timeout": max(3600, 4 * CASEHUB_LEAF_HARD_LIMIT_S),
+        "visibility_timeout": CASEHUB_BROKER_VISIBILITY_TIMEOUT_S,
+        "unacked_restore_interval": min(10, _restore_sweep_s),
+        "unacked_restore_throttle": max(1, _restore_sweep_s // 10),
     }
 # Every audit chain is verified and checkpointed this often (seconds).
 CASEHUB_AUDIT_CHECKPOINT_INTERVAL_S = env_int(
