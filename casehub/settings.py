@@ -300,6 +300,9 @@ LOGGING = {
 # Oversight -----------------------------------------------------------------------------------
 # Called with each plan version just stored, in its transaction: the version's gates open there.
 CASEHUB_PLAN_VERSION_HOOKS = ["oversight.actions.gates.open_gates"]
+# A failed step whose failure policy is `replan` is re-planned by this; past the limit it escalates.
+CASEHUB_REPLAN_HOOK = "oversight.actions.replan.replan_failed_leaf"
+CASEHUB_MAX_REPLANS = env_int("CASEHUB_MAX_REPLANS", 2, minimum=0)
 # Gates are swept for reminders, escalation and hold this often (seconds).
 CASEHUB_GATE_SWEEP_INTERVAL_S = env_int("CASEHUB_GATE_SWEEP_INTERVAL_S", 60, minimum=1)
 CELERY_BEAT_SCHEDULE["gate-sweep"] = {
