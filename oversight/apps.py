@@ -9,7 +9,7 @@ class OversightConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
-        from oversight import roles, signals
+        from oversight import checks, roles, signals  # noqa: F401 (checks registers itself)
 
         signals.connect()
         post_migrate.connect(roles.sync_roles_after_migrate, sender=self)
