@@ -488,7 +488,9 @@ def _conflict(gate: Gate, user: User, decision: DecisionInput) -> str | None:
         return "the step changed after the gate opened"
     if GateDecision.objects.filter(gate=gate, decider=user).exists():
         return "you have already decided this gate"
-    return None
+    from oversight.actions.replan import plan_gate_conflict
+
+    return plan_gate_conflict(gate)
 
 
 @transaction.atomic
@@ -577,7 +579,13 @@ def _on_approved(gate: Gate, user: User) -> None:
         if case.status == CaseStatus.AWAITING_APPROVAL:
             _set_case_status(case, CaseStatus.APPROVED, user, version=gate.version.number)
             notify.case_decided(case, approved=True, by=user)
+            from oversight.actions.replan import before_start, is_replan
+
+            before_start(gate.version)
             execution.start_execution(case, actor=user)
+            if is_replan(gate.version):
+                # Every step may have ended already (kept from the earlier version).
+                execution.finish_if_done(case)
     elif gate.node is not None:
         execution.on_step_approved(gate, actor=user)
     elif gate.kind == GateKind.ESCALATION and case.status in execution.RUNNING_CASE_STATUSES:
