@@ -52,6 +52,9 @@ class VersionRow:
 
 
 def _origin(version: PlanVersion) -> str:
+    edit = version.edit if isinstance(version.edit, dict) else {}
+    if edit.get("kind") == "replan":
+        return f"re-plan after step {edit.get('node', '')} failed"
     if version.edited_by_id is None:
         return f"planned ({version.strategy})"
     assert version.edited_by is not None
