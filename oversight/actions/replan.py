@@ -43,6 +43,7 @@ from planning.core.catalogue import DomainPack
 from planning.core.dag import DagPlan
 from planning.core.diff import diff_plans
 from planning.core.errors import NoMethodMatched, PlanningError
+from planning.core.forward import ForwardDecomposition
 from planning.core.goal import GoalOrientedDecomposition
 from planning.core.serialize import node_hash
 from planning.core.static import MethodLibrary, StaticDecomposition
@@ -159,6 +160,30 @@ def _static_subtree(
     return source, filled
 
 
+def _forward_subtree(
+    pack: DomainPack,
+    state: Mapping[str, Any],
+    root: Compound,
+    subtree: Compound,
+    excluded: frozenset[str],
+) -> tuple[str, Compound]:
+    """Plan the goal forward again without `excluded` for the subtree's task; return the subtree.
+
+    Forward planning derives dependencies from the projected state, so the subtree is cut from a
+    whole new forward plan: its steps wait for what they read, as in the first plan.
+    """
+    methods = [m for m in pack.methods if not (m.task == subtree.name and m.name in excluded)]
+    forward = ForwardDecomposition(MethodLibrary(methods))
+    plan = forward.plan(Goal(name=root.name, description=root.description), state)
+    try:
+        node = plan.node(subtree.key)
+    except KeyError:
+        node = None
+    if not isinstance(node, Compound) or node.name != subtree.name:
+        raise NoAlternative(f"the new forward plan has no task {subtree.key!r} to take")
+    return node.provenance.source, node
+
+
 def _goal_plan(
     pack: DomainPack, state: Mapping[str, Any], root: Compound, excluded: frozenset[str]
 ) -> tuple[str, Compound]:
@@ -219,6 +244,10 @@ def _redecompose(
         try:
             if case.strategy == Strategy.GOAL:
                 method, new_subtree = _goal_plan(pack, state, subtree, frozenset(excluded))
+            elif case.strategy == Strategy.FORWARD:
+                method, new_subtree = _forward_subtree(
+                    pack, state, old.root, subtree, frozenset(excluded)
+                )
             else:
                 taken = frozenset(outside | {subtree.key} | renamed)
                 method, new_subtree = _static_subtree(
@@ -250,9 +279,10 @@ def _redecompose(
             and leaf.key in old_rows
             and not _kept(leaf, plan, old_rows, (NodeStatus.SUCCEEDED,))
         }
-        if case.strategy == Strategy.GOAL and clashes:
+        if case.strategy in (Strategy.GOAL, Strategy.FORWARD) and clashes:
+            # These plans place their own keys: a clash cannot be placed again, so it escalates.
             raise NoAlternative(
-                f"the new goal plan reuses the keys {', '.join(sorted(clashes))} for other steps"
+                f"the new plan reuses the keys {', '.join(sorted(clashes))} for other steps"
             )
         if not clashes:
             return Replanned(

@@ -32,13 +32,13 @@ def effects(settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> P
     return tmp_path
 
 
-def planned(submitter: Any, **inputs: Any) -> Case:
+def planned(submitter: Any, *, strategy: str = "static", **inputs: Any) -> Case:
     case = submit_case(
         submitter=submitter,
         title="Fetch and report",
         goal="Fetch the data and report",
         domain=SLUG,
-        strategy="static",
+        strategy=strategy,
         inputs=inputs,
     )
     materialise_plan(case.pk)
@@ -73,10 +73,11 @@ def statuses(case: Case) -> dict[str, str]:
     return {key: node.status for key, node in leaves(case).items()}
 
 
+@pytest.mark.parametrize("strategy", ["static", "forward", "hybrid"])
 def test_a_step_that_fails_with_replan_gets_a_new_version_with_the_next_method(
-    effects, analyst, officer
+    effects, analyst, officer, strategy
 ):
-    case = planned(analyst, sources=["primary", "mirror"], failing=["primary"])
+    case = planned(analyst, strategy=strategy, sources=["primary", "mirror"], failing=["primary"])
     first = case.current_version
     approve_plan(case, officer)
     run_ready(case)
@@ -90,6 +91,7 @@ def test_a_step_that_fails_with_replan_gets_a_new_version_with_the_next_method(
     assert version.edit["subtree"] == "fetch"
     assert version.edit["method"] == "fetch-from-mirror"
     assert version.edit["excluded"] == ["fetch-from-primary"]
+    assert version.strategy == strategy
     # The steps that succeeded keep their status and output; the replaced one is gone.
     now = leaves(case)
     assert set(now) == {"prepare", "fetch-index", "fetch-mirror", "report"}
@@ -97,11 +99,15 @@ def test_a_step_that_fails_with_replan_gets_a_new_version_with_the_next_method(
     assert now["prepare"].output["label"] == "prepare"
     assert now["fetch-index"].status == NodeStatus.SUCCEEDED
     assert now["fetch-mirror"].status == NodeStatus.PENDING
-    assert now["report"].status == NodeStatus.PENDING
     # The old version: the failed step failed, what waited for it is blocked; its gate void.
     old = {n.key: n.status for n in PlanNode.objects.filter(version=first, kind="leaf")}
     assert old["fetch-primary"] == NodeStatus.FAILED
-    assert old["report"] == NodeStatus.BLOCKED
+    if strategy == "forward":
+        # Forward dependencies follow reads and effects: the report read nothing fetched.
+        assert old["report"] == now["report"].status == NodeStatus.SUCCEEDED
+    else:
+        assert old["report"] == NodeStatus.BLOCKED
+        assert now["report"].status == NodeStatus.PENDING
     assert not Gate.objects.filter(version=first, status=GateStatus.PENDING).exists()
     plan_gate = Gate.objects.get(version=version, kind=GateKind.PLAN)
     assert plan_gate.status == GateStatus.PENDING
@@ -109,7 +115,12 @@ def test_a_step_that_fails_with_replan_gets_a_new_version_with_the_next_method(
     # Audited in the case's chain, with the diff and the steps kept.
     event = AuditEvent.objects.get(action="planning.plan.replanned")
     assert event.data["version"] == 2 and event.data["from_version"] == 1
-    assert event.data["kept"] == ["fetch-index", "prepare"]
+    kept = (
+        ["fetch-index", "prepare", "report"]
+        if strategy == "forward"
+        else ["fetch-index", "prepare"]
+    )
+    assert event.data["kept"] == kept
     assert "fetch-primary" in str(event.data["diff"]) and "fetch-mirror" in str(event.data["diff"])
     assert AuditEvent.objects.filter(action="planning.case.awaiting_approval").count() == 1
 
