@@ -98,6 +98,19 @@ def _reused_c_encoder() -> Callable[[Any], str]:
 _canonical_value = _reused_c_encoder()
 
 
+# json.loads(text) is this scanner's value when it reads the whole text (JSONDecoder.raw_decode
+# is the scanner, wrapped; json.loads also strips whitespace around the value and refuses more).
+_scan_json = json.JSONDecoder().scan_once
+
+
+def _loads_or_text(text: Any) -> Any:
+    """Return json.loads(text), or text itself when it is not JSON (as Django's JSONField)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
 def format_time(time: datetime) -> str:
     """Return an event time as it is hashed: ISO 8601 with microseconds and its UTC offset."""
     return time.isoformat(timespec="microseconds")
@@ -222,7 +235,61 @@ class ChainVerifier:
         self.first_seq: int | None = None
         self.last_seq = 0
         self.last_hash = GENESIS_HASH
+        self.counted_before = 0  # of count: events a resumed verifier stands after
         self._expected_seq = 1
+
+    @classmethod
+    def resumed(cls, chain: str, after: tuple[int, str] | None) -> ChainVerifier:
+        """Return a verifier for the events of a chain that follow a stored event.
+
+        `after` is that event's seq and hash (None: the chain's first events follow). For
+        events read in seq order the verifier finds what one that had checked every event
+        up to `after` would find from there on; `join` hands its findings to that one.
+        """
+        verifier = cls(chain)
+        if after is not None:
+            verifier.count = verifier.counted_before = 1  # an event came before: no first one
+            verifier.last_seq, verifier.last_hash = after
+            verifier._expected_seq = after[0] + 1
+        return verifier
+
+    def join(self, later: ChainVerifier) -> None:
+        """Take over the findings of a verifier resumed after this one's last event."""
+        added = later.count - later.counted_before
+        if added:
+            if self.first_seq is None:
+                self.first_seq = later.first_seq
+            self.count += added
+            self.last_seq, self.last_hash = later.last_seq, later.last_hash
+            self._expected_seq = later._expected_seq
+        self.problems.extend(later.problems)
+
+    def state(self) -> dict[str, Any]:
+        """Return what the verifier found and where it stands, as JSON values."""
+        return {
+            "chain": self.chain,
+            "problems": [[problem.seq, problem.problem] for problem in self.problems],
+            "count": self.count,
+            "counted_before": self.counted_before,
+            "first_seq": self.first_seq,
+            "last_seq": self.last_seq,
+            "last_hash": self.last_hash,
+            "expected_seq": self._expected_seq,
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> ChainVerifier:
+        """Return a verifier as `state` describes it (the inverse of `state`)."""
+        verifier = cls(str(state["chain"]))
+        verifier.problems = [ChainProblem(int(seq), str(text)) for seq, text in state["problems"]]
+        verifier.count = int(state["count"])
+        verifier.counted_before = int(state["counted_before"])
+        first = state["first_seq"]
+        verifier.first_seq = None if first is None else int(first)
+        verifier.last_seq = int(state["last_seq"])
+        verifier.last_hash = str(state["last_hash"])
+        verifier._expected_seq = int(state["expected_seq"])
+        return verifier
 
     def add(self, record: Mapping[str, Any]) -> None:
         """Check one event record (the fields of EVENT_FIELDS) after the ones added before."""
@@ -299,6 +366,73 @@ class ChainVerifier:
                 self._expected_seq, self.last_seq, self.last_hash = expected, last_seq, last_hash
                 self.count = count
                 self.add_row(row)
+                expected, last_seq, last_hash = self._expected_seq, self.last_seq, self.last_hash
+                count = self.count
+        finally:
+            self._expected_seq, self.last_seq, self.last_hash = expected, last_seq, last_hash
+            self.count = count
+
+    def add_stored_rows(self, rows: Iterable[Sequence[Any]]) -> None:
+        """Check stored events of this chain given with `data` as its JSON text, in order.
+
+        Each row is (seq, time, actor_kind, actor, action, data_text, prev_hash, hash): the
+        values of EVENT_FIELDS but the chain. `data` is decoded as json.loads decodes it (a
+        text that is not JSON stays the text, as a JSON model field leaves it); then each
+        event is checked exactly as add_rows checks it, the hash written out here by the
+        template of event_text.
+        """
+        own_chain = self.chain
+        chain_json = _json_string(own_chain)
+        quote = _json_string
+        canonical = _canonical_value
+        scan_json = _scan_json
+        sha256 = hashlib.sha256
+        template = _EVENT_TEMPLATE
+        expected, last_seq, last_hash = self._expected_seq, self.last_seq, self.last_hash
+        count = self.count
+        try:
+            for seq, time, kind, actor, action, data_text, prev_hash, digest in rows:
+                try:
+                    data, end = scan_json(data_text, 0)
+                except Exception:  # not JSON, or not text: json.loads says which
+                    end = -1
+                if end != len(data_text):
+                    data = _loads_or_text(data_text)
+                if (
+                    count
+                    and seq == expected
+                    and prev_hash == last_hash
+                    and type(seq) is int
+                    and type(time) is str
+                    and type(kind) is str
+                    and type(actor) is str
+                    and type(action) is str
+                    and type(prev_hash) is str
+                    and sha256(
+                        (
+                            template
+                            % (
+                                quote(action),
+                                quote(actor),
+                                quote(kind),
+                                chain_json,
+                                canonical(data),
+                                quote(prev_hash),
+                                seq,
+                                quote(time),
+                            )
+                        ).encode()
+                    ).hexdigest()
+                    == digest
+                ):
+                    count += 1
+                    expected = seq + 1
+                    last_seq = seq
+                    last_hash = digest
+                    continue
+                self._expected_seq, self.last_seq, self.last_hash = expected, last_seq, last_hash
+                self.count = count
+                self.add_row((own_chain, seq, time, kind, actor, action, data, prev_hash, digest))
                 expected, last_seq, last_hash = self._expected_seq, self.last_seq, self.last_hash
                 count = self.count
         finally:

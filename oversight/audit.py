@@ -9,17 +9,26 @@ standalone verifier auditors run, so there is one implementation of them.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+import logging
+import os
+import subprocess
+import sys
+import threading
+import traceback
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
+import psycopg
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
-from django.db.models import Field, TextField
+from django.db.models import TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
+from psycopg.conninfo import make_conninfo
 
 import casehub_verify
 from casehub_verify import (
@@ -30,6 +39,7 @@ from casehub_verify import (
     event_hash,
     format_time,
 )
+from oversight import audit_scan
 from oversight.models import ActorKind, AuditChainHead, AuditEvent
 
 __all__ = [
@@ -37,7 +47,9 @@ __all__ = [
     "SYSTEM_CHAIN",
     "Actor",
     "ChainProblem",
+    "NewEvent",
     "append_event",
+    "append_events",
     "canonical_json",
     "case_chain",
     "check_chain",
@@ -48,6 +60,7 @@ __all__ = [
 ]
 
 SYSTEM_CHAIN = "system"
+logger = logging.getLogger(__name__)
 
 
 def case_chain(case_id: int) -> str:
@@ -104,7 +117,15 @@ def _integral_floats_as_ints(value: Any) -> Any:
     return value
 
 
-@transaction.atomic
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """One event for `append_events`: what happened, who did it, and its data."""
+
+    action: str
+    actor: Actor | AbstractBaseUser | AnonymousUser | str | None = None
+    data: Mapping[str, Any] | None = None
+
+
 def append_event(
     action: str,
     *,
@@ -115,88 +136,142 @@ def append_event(
     """Append an event to a chain inside the caller's transaction.
 
     Appends to one chain are serialised by a row lock on the chain's head (a write lock on SQLite),
-    so concurrent writers never fork a chain. Raises ValueError for an action that is not dotted.
+    so concurrent writers never fork a chain. Raises ValueError for an action that is not dotted
+    or data that JSON cannot hold (before anything is written); a database error inside the
+    append dooms the caller's transaction (it rolls back), so no half-written append can commit.
     """
+    return append_events([NewEvent(action, actor, data)], chain=chain)[0]
+
+
+def append_events(events: Sequence[NewEvent], *, chain: str = SYSTEM_CHAIN) -> list[AuditEvent]:
+    """Append several events to one chain, in order, in one go inside the caller's transaction.
+
+    The same events as that many `append_event` calls in a row, in two statements however many
+    there are: for a business transaction that writes several events to a chain. Raises
+    ValueError as append_event does, before anything is written.
+    """
+    pending = [_prepared(event) for event in events]
+    if not pending:
+        return []
+    # No savepoint: an append that fails marks the caller's transaction for rollback instead.
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        last_seq, prev_hash = _advance_head(cursor, chain, len(pending))
+        now = timezone.now()
+        rows: list[AuditEvent] = []
+        texts: list[str] = []
+        seq = last_seq - len(pending)
+        for who, action, payload, text in pending:
+            seq += 1
+            digest = event_hash(
+                chain=chain,
+                seq=seq,
+                time=now,
+                actor_kind=who.kind,
+                actor=who.label,
+                action=action,
+                data=payload,
+                prev_hash=prev_hash,
+            )
+            event = AuditEvent(
+                chain=chain,
+                seq=seq,
+                time=now,
+                actor_kind=who.kind,
+                actor_label=who.label,
+                actor_user=who.user,
+                action=action,
+                data=payload,
+                prev_hash=prev_hash,
+                hash=digest,
+            )
+            rows.append(event)
+            texts.append(text)
+            prev_hash = digest
+        for start in range(0, len(rows), INSERT_BATCH):
+            batch = rows[start : start + INSERT_BATCH]
+            keys = _insert_rows(cursor, chain, batch, texts[start : start + INSERT_BATCH])
+            for event, pk in zip(batch, keys, strict=True):
+                event.pk = pk
+                event._state.adding = False
+                event._state.db = connection.alias
+    return rows
+
+
+def _prepared(event: NewEvent) -> tuple[Actor, str, dict[str, Any], str]:
+    """Check one event and return its actor, action, data as hashed and data's JSON text."""
+    action = event.action
     if action.count(".") < 1 or not all(action.split(".")):
         raise ValueError(
             f"audit action codes are dotted, like 'oversight.gate.approved': {action!r}"
         )
-    who = actor if isinstance(actor, Actor) else Actor.of(actor)
-    # Three statements on one cursor: the head locked, the event inserted, the head moved on.
-    # (Through the ORM the same append costs twice as long, most of it building objects.)
-    with connection.cursor() as cursor:
-        head = _locked_head(cursor, chain)
-        if head is None:
-            # A new chain: create its head unless a concurrent first append just did, then lock it.
-            AuditChainHead.objects.bulk_create(
-                [AuditChainHead(chain=chain, seq=0, head_hash=GENESIS_HASH)], ignore_conflicts=True
-            )
-            head = _locked_head(cursor, chain)
-            assert head is not None
-        seq, prev_hash = head[0] + 1, head[1]
-        now = timezone.now()
-        payload = _json_safe(data)
-        digest = event_hash(
-            chain=chain,
-            seq=seq,
-            time=now,
-            actor_kind=who.kind,
-            actor=who.label,
-            action=action,
-            data=payload,
-            prev_hash=prev_hash,
-        )
-        event = AuditEvent(
-            chain=chain,
-            seq=seq,
-            time=now,
-            actor_kind=who.kind,
-            actor_label=who.label,
-            actor_user=who.user,
-            action=action,
-            data=payload,
-            prev_hash=prev_hash,
-            hash=digest,
-        )
-        event.pk = _insert(cursor, event)
-        event._state.adding = False
-        event._state.db = connection.alias
-        cursor.execute(
-            f"UPDATE {_HEAD_TABLE} SET seq = %s, head_hash = %s WHERE chain = %s",  # noqa: S608
-            [seq, digest, chain],
-        )
-    return event
+    who = event.actor if isinstance(event.actor, Actor) else Actor.of(event.actor)
+    payload = _json_safe(event.data)
+    # the text the JSON field itself would write (json.dumps, its default encoder)
+    return who, action, payload, json.dumps(payload)
 
 
+INSERT_BATCH = 500  # events a statement inserts at most (SQLite takes 32,766 parameters)
 _HEAD_TABLE = connection.ops.quote_name(AuditChainHead._meta.db_table)
 _EVENT_TABLE = connection.ops.quote_name(AuditEvent._meta.db_table)
-# Every column but the primary key, which the database assigns.
-_EVENT_FIELDS: list[Field[Any, Any]] = [
-    field for field in AuditEvent._meta.concrete_fields if not field.primary_key
-]
+_INSERTED_COLUMNS = (
+    "chain", "seq", "time", "actor_kind", "actor_label", "actor_user_id", "action", "data",
+    "prev_hash", "hash",
+)  # fmt: skip
+_EVENT_COLUMNS_SQL = ", ".join(connection.ops.quote_name(column) for column in _INSERTED_COLUMNS)
+# One statement locks the chain's head (creating it for a new chain) and moves its seq on by the
+# number of events; it returns the new last seq and the hash of the event before the first new
+# one (head_hash is not changed yet). Concurrent appends to the chain wait here for the lock.
+_ADVANCE_HEAD = (
+    f"INSERT INTO {_HEAD_TABLE} (chain, seq, head_hash) VALUES (%s, %s, %s) "  # noqa: S608
+    f"ON CONFLICT (chain) DO UPDATE SET seq = {_HEAD_TABLE}.seq + EXCLUDED.seq "
+    "RETURNING seq, head_hash"
+)
 
 
-def _locked_head(cursor: Any, chain: str) -> tuple[int, str] | None:
-    # SQLite has no FOR UPDATE: its transactions start with BEGIN IMMEDIATE (the write lock).
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    query = f"SELECT seq, head_hash FROM {_HEAD_TABLE} WHERE chain = %s{lock}"  # noqa: S608
-    cursor.execute(query, [chain])
-    row = cursor.fetchone()
-    return None if row is None else (int(row[0]), str(row[1]))
+def _advance_head(cursor: Any, chain: str, count: int) -> tuple[int, str]:
+    cursor.execute(_ADVANCE_HEAD, [chain, count, GENESIS_HASH])
+    seq, head_hash = cursor.fetchone()
+    return int(seq), str(head_hash)
 
 
-def _insert(cursor: Any, event: AuditEvent) -> int:
-    """Insert the event's row and return its primary key."""
-    columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in _EVENT_FIELDS)
-    values = [f.get_db_prep_save(f.pre_save(event, True), connection) for f in _EVENT_FIELDS]
-    marks = ", ".join(["%s"] * len(values))
+def _insert_rows(
+    cursor: Any, chain: str, events: Sequence[AuditEvent], data_texts: Sequence[str]
+) -> list[int]:
+    """Insert the events' rows, point the chain's head at the last, return their primary keys.
+
+    data_texts holds each event's `data` as JSON text, as the JSON field would write it.
+
+    One statement on PostgreSQL (the insert in a CTE of the head's update), two on SQLite.
+    """
+    values: list[Any] = []
+    for event, data_text in zip(events, data_texts, strict=True):
+        values += [
+            event.chain,
+            event.seq,
+            connection.ops.adapt_datetimefield_value(event.time),
+            event.actor_kind,
+            event.actor_label,
+            event.actor_user_id,
+            event.action,
+            data_text,
+            event.prev_hash,
+            event.hash,
+        ]
+    marks = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(events))
     # Table and column names come from the model, values are parameters.
-    sql = f"INSERT INTO {_EVENT_TABLE} ({columns}) VALUES ({marks})"  # noqa: S608
-    if connection.features.can_return_columns_from_insert:
-        cursor.execute(f"{sql} RETURNING id", values)
-        return int(cursor.fetchone()[0])
-    cursor.execute(sql, values)
-    return int(connection.ops.last_insert_id(cursor, AuditEvent._meta.db_table, "id"))
+    insert = f"INSERT INTO {_EVENT_TABLE} ({_EVENT_COLUMNS_SQL}) VALUES {marks} RETURNING id, seq"  # noqa: S608
+    head = [events[-1].hash, chain]
+    if connection.vendor == "postgresql":
+        cursor.execute(
+            f"WITH inserted AS ({insert}) UPDATE {_HEAD_TABLE} SET head_hash = %s "  # noqa: S608
+            "WHERE chain = %s RETURNING (SELECT array_agg(id ORDER BY seq) FROM inserted)",
+            [*values, *head],
+        )
+        return [int(pk) for pk in cursor.fetchone()[0]]
+    cursor.execute(insert, values)
+    by_seq = dict((int(seq), int(pk)) for pk, seq in cursor.fetchall())
+    cursor.execute(f"UPDATE {_HEAD_TABLE} SET head_hash = %s WHERE chain = %s", head)  # noqa: S608
+    return [by_seq[event.seq] for event in events]
 
 
 # The stored columns of the fields of casehub_verify.EVENT_FIELDS, in that order.
@@ -246,13 +321,181 @@ def verify_events(events: Iterable[AuditEvent], chain: str) -> list[ChainProblem
     return casehub_verify.verify_events((event_record(event) for event in events), chain)
 
 
-def check_chain(chain: str) -> ChainVerifier:
+def check_chain(chain: str, *, processes: int | None = None) -> ChainVerifier:
     """Check one stored chain event by event and against its head; return what was found.
 
-    The events are read as rows of values, not model instances: the same values (the same
-    column conversions, the JSON of `data` decoded as the model field decodes it), streamed
-    through a server-side cursor where the database has one.
+    On PostgreSQL the events are read by `oversight.audit_scan` as rows of plain values, in one
+    snapshot with the head. A chain of at least PARALLEL_MIN_EVENTS events read outside a
+    transaction is cut into `processes` parts (default: VERIFY_PROCESSES) checked at once, one
+    here and each other in a worker process reading the same snapshot; a part's verifier
+    starts from the stored event before it, so the parts together find what one pass finds
+    (and a part whose worker fails is checked here). Inside the caller's transaction the chain
+    is read in one pass in that transaction, its own appends included. Elsewhere (SQLite) the
+    events are read through the ORM as rows of values.
     """
+    params = connection.settings_dict
+    if (
+        connection.vendor != "postgresql"
+        or connection.timezone_name != "UTC"
+        or params.get("DISABLE_SERVER_SIDE_CURSORS")
+    ):
+        return _check_chain_by_orm(chain)
+    table = AuditEvent._meta.db_table
+    verifier = ChainVerifier(chain)
+    if connection.in_atomic_block:
+        connection.ensure_connection()
+        audit_scan.scan(connection.connection, table, verifier)
+        _check_head(verifier, chain)
+        return verifier
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        head = _head(cursor, chain)
+        count = processes or VERIFY_PROCESSES
+        if head is None or head[0] < PARALLEL_MIN_EVENTS or count < 2:
+            audit_scan.scan(connection.connection, table, verifier)
+        else:
+            _check_in_parts(cursor, verifier, table, head[0], count)
+        if head is not None:
+            verifier.check_head(*head)
+    return verifier
+
+
+PARALLEL_MIN_EVENTS = 20_000
+VERIFY_PROCESSES = max(1, min(os.cpu_count() or 1, 4))
+_PROJECT_DIR = Path(__file__).resolve().parent.parent
+# connection parameters of Django's that are not libpq's
+_NOT_LIBPQ = ("cursor_factory", "context", "prepare_threshold", "server_side_binding", "pool")
+
+
+def _check_in_parts(
+    cursor: Any, verifier: ChainVerifier, table: str, last: int, count: int
+) -> None:
+    """Check seq 1..last and any after in `count` parts at once, in this transaction's snapshot."""
+    cursor.execute("SELECT pg_export_snapshot()")
+    snapshot = cursor.fetchone()[0]
+    starts = [1 + part * last // count for part in range(1, count)]
+    stops: list[int | None] = [*starts[1:], None]
+    jobs = []
+    for start, stop in zip(starts, stops, strict=True):
+        cursor.execute(
+            f"SELECT seq, hash FROM {_EVENT_TABLE} WHERE chain = %s AND seq < %s "  # noqa: S608
+            "ORDER BY seq DESC LIMIT 1",
+            [verifier.chain, start],
+        )
+        after = cursor.fetchone()
+        job = {
+            "chain": verifier.chain,
+            "table": table,
+            "start": start,
+            "stop": stop,
+            "after": None if after is None else [int(after[0]), str(after[1])],
+            "snapshot": snapshot,
+            "role": connection.settings_dict["OPTIONS"].get("assume_role"),
+        }
+        jobs.append((job, _start_worker(job)))
+    audit_scan.scan(connection.connection, table, verifier, stop=starts[0])
+    for job, worker in jobs:
+        part = None if worker is None else worker.verifier()
+        if part is None:  # no worker, or it failed: this part is checked here
+            after = job["after"]
+            part = ChainVerifier.resumed(verifier.chain, None if after is None else tuple(after))
+            audit_scan.scan(connection.connection, table, part, job["start"], job["stop"])
+        verifier.join(part)
+
+
+class _Worker:
+    """A process checking one part of a chain; its result comes through a pipe."""
+
+    def __init__(self, pid: int, result: BinaryIO, process: subprocess.Popen[bytes] | None):
+        self.pid, self.result, self.process = pid, result, process
+
+    def verifier(self) -> ChainVerifier | None:
+        """Wait for the worker; return its part's verifier, or None when it failed."""
+        with self.result:
+            out = self.result.read()
+        if self.process is not None:
+            err = self.process.stderr.read() if self.process.stderr else b""
+            status = self.process.wait()
+        else:
+            status = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            err = b""
+        if status != 0:
+            logger.warning(
+                "audit verification worker failed (exit %s): %s; checking its part here",
+                status,
+                err.decode(errors="replace")[-2000:],
+            )
+            return None
+        return ChainVerifier.from_state(json.loads(out))
+
+
+def _start_worker(job: dict[str, Any]) -> _Worker | None:
+    """Start a process checking the job's part: forked when this process has one thread only
+    (no import to pay for), else a fresh interpreter (fork is unsafe beside other threads)."""
+    params = connection.get_connection_params()
+    try:
+        conninfo = make_conninfo(
+            **{
+                key: value
+                for key, value in params.items()
+                if key not in _NOT_LIBPQ and isinstance(value, str | int)
+            }
+        )
+        job = {**job, "conninfo": conninfo}
+        if threading.active_count() == 1 and hasattr(os, "fork"):
+            return _fork_worker(job)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "oversight.audit_scan"],
+            cwd=_PROJECT_DIR,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(json.dumps(job).encode())
+        process.stdin.close()
+    except (OSError, ValueError, psycopg.Error) as exc:
+        logger.warning("audit verification: no worker process (%s); checking here", exc)
+        return None
+    return _Worker(process.pid, process.stdout, process)
+
+
+def _fork_worker(job: dict[str, Any]) -> _Worker:
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its own connection; it never touches the parent's
+        status = 1
+        try:
+            os.close(read_end)
+            with os.fdopen(write_end, "wb") as out:
+                out.write(json.dumps(audit_scan.run_job(job)).encode())
+            status = 0
+        except BaseException:  # any failure: the parent checks the part itself
+            traceback.print_exc()
+        finally:
+            os._exit(status)  # no exit handlers: they belong to the parent
+    os.close(write_end)
+    return _Worker(pid, os.fdopen(read_end, "rb"), None)
+
+
+def _head(cursor: Any, chain: str) -> tuple[int, str] | None:
+    cursor.execute(
+        f"SELECT seq, head_hash FROM {_HEAD_TABLE} WHERE chain = %s",  # noqa: S608
+        [chain],
+    )
+    row = cursor.fetchone()
+    return None if row is None else (int(row[0]), str(row[1]))
+
+
+def _check_head(verifier: ChainVerifier, chain: str) -> None:
+    with connection.cursor() as cursor:
+        head = _head(cursor, chain)
+    if head is not None:
+        verifier.check_head(*head)
+
+
+def _check_chain_by_orm(chain: str) -> ChainVerifier:
+    """check_chain through the ORM: rows of values, `data` decoded as the model field does."""
     verifier = ChainVerifier(chain)
     columns = [*EVENT_COLUMNS]
     columns[EVENT_COLUMNS.index("data")] = "data_text"
@@ -268,9 +511,7 @@ def check_chain(chain: str) -> ChainVerifier:
         for chain_, seq, time, kind, actor, action, data, prev_hash, digest in stored
     )
     verifier.add_rows(rows)
-    head = AuditChainHead.objects.filter(chain=chain).first()
-    if head is not None:
-        verifier.check_head(head.seq, head.head_hash)
+    _check_head(verifier, chain)
     return verifier
 
 
