@@ -9,6 +9,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
+from django.db import transaction
 from django.db.models.signals import m2m_changed, post_save, pre_delete, pre_save
 from django.http import HttpRequest
 
@@ -26,8 +27,17 @@ def _client(request: HttpRequest | None) -> dict[str, str]:
     }
 
 
+def _append_as(action: str, user: Any, request: HttpRequest | None) -> None:
+    # The user's row first, then the chain head: the order of token issue and of the admin's
+    # changes to a user. Appending alone takes the head, then the event's foreign-key check
+    # waits on the user's row, which one of those may hold while it waits on the head.
+    with transaction.atomic():
+        User.objects.select_for_update(no_key=True).filter(pk=user.pk).first()
+        append_event(action, actor=user, data=_client(request))
+
+
 def _on_login(sender: Any, request: HttpRequest, user: Any, **kwargs: Any) -> None:
-    append_event("auth.login.succeeded", actor=user, data=_client(request))
+    _append_as("auth.login.succeeded", user, request)
 
 
 def _on_login_failed(
@@ -43,7 +53,7 @@ def _on_login_failed(
 
 def _on_logout(sender: Any, request: HttpRequest, user: Any, **kwargs: Any) -> None:
     if user is not None:
-        append_event("auth.logout", actor=user, data=_client(request))
+        _append_as("auth.logout", user, request)
 
 
 # Users changed outside the admin's use cases (those write their own, richer events) ----------

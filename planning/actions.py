@@ -542,8 +542,11 @@ def issue_api_token(user: User) -> str:
     The user's expired tokens are deleted (`auth.token.expired`), and if they already hold
     CASEHUB_API_TOKEN_MAX_PER_USER live ones the oldest are revoked (`auth.token.revoked`).
     """
-    # The user's row lock serialises two issues at once, so neither overshoots the limit.
-    User.objects.select_for_update().filter(pk=user.pk).first()
+    # The user's row lock serialises two issues at once, so neither overshoots the limit. It is
+    # FOR NO KEY UPDATE: a plain FOR UPDATE also blocks the foreign-key check of every audit event
+    # naming the user, so a sign-in holding the chain head would wait on it while this waits on
+    # that head (a deadlock). Locks are taken as everywhere: the user's row, then the chain head.
+    User.objects.select_for_update(no_key=True).filter(pk=user.pk).first()
     since = timezone.now() - token_lifetime()
     expired = list(ApiToken.objects.filter(user=user, created_at__lte=since))
     _revoke(expired, user, actor=user, why="expired", action="auth.token.expired")
