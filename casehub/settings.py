@@ -270,6 +270,9 @@ CASEHUB_HEARTBEAT_STALE_S = env_int("CASEHUB_HEARTBEAT_STALE_S", 30)
 OPENAI_API_KEY = env_str("OPENAI_API_KEY")
 OPENAI_BASE_URL = env_str("OPENAI_BASE_URL")
 CASEHUB_LLM_MODEL = env_str("CASEHUB_LLM_MODEL", "gpt-4o-mini")
+# Goal-level verification also asks this model (same provider) once the pack's rules hold;
+# empty: no LLM judge (oversight/goal_judge.py).
+CASEHUB_GOAL_JUDGE_MODEL = env_str("CASEHUB_GOAL_JUDGE_MODEL")
 CASEHUB_LLM_TIMEOUT_S = env_int("CASEHUB_LLM_TIMEOUT_S", 60, minimum=1)
 CASEHUB_LLM_MAX_RETRIES = env_int("CASEHUB_LLM_MAX_RETRIES", 2, minimum=0)
 # LLM calls in flight at once in one planning run (a level of b^(d-1) calls runs in one latency).
