@@ -19,6 +19,7 @@ from django.db import connection
 from pydantic import BaseModel, ValidationError
 
 from oversight.actions.execution import Claim, ErrorClass, LeafStopped, check_safe_point
+from oversight.goal_judge import judge_goal
 from planning.catalogue import all_tool_specs, registered_packs
 from planning.core.catalogue import DomainPack, ToolCall, ToolSpec, TransientToolError
 from planning.core.errors import PlanInvalid, flatten_errors
@@ -298,7 +299,8 @@ def verify_goal(case: Case) -> Verdict:
     """Decide whether a case whose leaves all ended reached its goal, with the reasons.
 
     Every leaf must have succeeded, except leaves whose failure policy is `continue` (their
-    failure and what it blocked are named); then the pack's rules, when it has any.
+    failure and what it blocked are named); then the pack's rules, when it has any; then the LLM
+    goal judge, where one is configured (`oversight.goal_judge`: one that cannot decide fails it).
     """
     nodes = list(
         PlanNode.objects.filter(version_id=case.current_version_id, kind=PlanNode.Kind.LEAF)
@@ -325,4 +327,8 @@ def verify_goal(case: Case) -> Verdict:
         reasons.extend(problems)
         if not problems:
             checks.append(f"the {pack.name} rules hold")  # type: ignore[union-attr]
+    if not reasons:
+        judged = judge_goal(case, nodes)
+        reasons.extend(judged.problems)
+        checks.extend(judged.checks)
     return Verdict(passed=not reasons, reasons=tuple(reasons), checks=tuple(checks))
