@@ -7,8 +7,11 @@ from django.db import connection, transaction
 
 from oversight.audit import (
     GENESIS_HASH,
+    INSERT_BATCH,
     SYSTEM_CHAIN,
+    NewEvent,
     append_event,
+    append_events,
     case_chain,
     verify_chain,
 )
@@ -141,3 +144,80 @@ def test_nan_and_infinity_are_refused_in_event_data() -> None:
         with pytest.raises(ValueError):
             append_event("tests.number.stored", chain="case:9", data={"n": number})
     assert not AuditEvent.objects.filter(chain="case:9").exists()
+
+
+# Several events in one go ----------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_append_events_writes_what_as_many_append_event_calls_write() -> None:
+    user = personas.analyst()
+    before = append_event("case.created", chain=case_chain(20), data={"n": 0})
+    written = append_events(
+        [
+            NewEvent("case.step", actor=user, data={"n": 1}),
+            NewEvent("tool.called", actor="erp-lookup", data={"n": 2.0, "on": "x"}),
+            NewEvent("case.planned"),
+        ],
+        chain=case_chain(20),
+    )
+    assert [e.seq for e in written] == [2, 3, 4]
+    assert [e.prev_hash for e in written] == [before.hash, written[0].hash, written[1].hash]
+    assert [(e.actor_kind, e.actor_label) for e in written] == [
+        ("user", "ana"),
+        ("agent", "erp-lookup"),
+        ("system", "system"),
+    ]
+    assert written[0].actor_user == user and written[1].data == {"n": 2, "on": "x"}
+    stored = list(AuditEvent.objects.filter(chain=case_chain(20)).order_by("seq"))
+    assert [(e.pk, e.hash) for e in stored[1:]] == [(e.pk, e.hash) for e in written]
+    assert AuditChainHead.objects.get(chain=case_chain(20)).head_hash == written[-1].hash
+    assert verify_chain(case_chain(20)) == []
+    after = append_event("case.closed", chain=case_chain(20))
+    assert (after.seq, after.prev_hash) == (5, written[-1].hash)
+
+
+@pytest.mark.django_db
+def test_a_new_chain_of_more_events_than_one_statement_inserts_is_gapless() -> None:
+    count = 2 * INSERT_BATCH + 3
+    written = append_events(
+        [NewEvent("x.bulk", data={"i": i}) for i in range(count)], chain=case_chain(21)
+    )
+    assert [e.seq for e in written] == list(range(1, count + 1))
+    assert written[0].prev_hash == GENESIS_HASH
+    assert AuditEvent.objects.filter(chain=case_chain(21)).count() == count
+    assert len({e.pk for e in written}) == count
+    assert verify_chain(case_chain(21)) == []
+    assert AuditChainHead.objects.get(chain=case_chain(21)).seq == count
+
+
+@pytest.mark.django_db
+def test_append_events_refuses_a_bad_event_before_writing_any() -> None:
+    append_event("case.created", chain=case_chain(22))
+    system_events = AuditEvent.objects.filter(chain=SYSTEM_CHAIN).count()
+    with transaction.atomic():
+        with pytest.raises(ValueError, match="dotted"):
+            append_events([NewEvent("x.ok"), NewEvent("undotted")], chain=case_chain(22))
+        with pytest.raises(ValueError):
+            append_events([NewEvent("x.ok"), NewEvent("x.nan", data={"n": float("nan")})])
+        # nothing was written, and the transaction goes on
+        assert append_events([], chain=case_chain(22)) == []
+        assert append_event("case.updated", chain=case_chain(22)).seq == 2
+    assert AuditEvent.objects.filter(chain=SYSTEM_CHAIN).count() == system_events
+    assert verify_chain(case_chain(22)) == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite does not limit lengths")
+def test_an_append_the_database_refuses_rolls_its_transaction_back() -> None:
+    from django.db import DataError
+
+    append_event("case.created", chain=case_chain(23))
+    with transaction.atomic():
+        append_event("case.step", chain=case_chain(23))
+        with pytest.raises(DataError):  # too long for the column: after the head moved on
+            append_event("case.step", actor="x" * 151, chain=case_chain(23))
+        assert transaction.get_rollback()  # no savepoint to go back to: all of it rolls back
+    assert AuditChainHead.objects.get(chain=case_chain(23)).seq == 1
+    assert AuditEvent.objects.filter(chain=case_chain(23)).count() == 1
+    assert verify_chain(case_chain(23)) == []
