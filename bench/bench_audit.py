@@ -1,14 +1,20 @@
 """The audit trail on PostgreSQL (DESIGN §9): append 100,000 events, verify them, export them.
 
 One case chain gets ``CASEHUB_BENCH_AUDIT_EVENTS`` (100,000) events through the real
-``append_event``, each in its own transaction as the app writes them, one after another: the row
-lock on the chain's head serialises the appends of a chain, so this is the rate of one chain
-(target ≥ 2,000 appends/s), reported beside the rate of the cheapest write transaction on the
-same database (one row updated, committed), which no append can beat. ``verify_chain`` then
-checks the stored chain (median of three runs,
-target ≤ 1 s), ``export_case_bundle`` exports it (peak RSS growth of the process during the export,
-target ≤ 50 MB: streamed, flat memory) and ``casehub_verify.py`` verifies the bundle offline with
-the signing key's public half, as an auditor would (its wall-clock and own peak RSS are reported).
+``append_event``, each in its own transaction, one after another: the row lock on the chain's
+head serialises the appends of a chain, so this is the rate of one chain (target ≥ 2,000
+appends/s), reported beside the rate of the cheapest write transaction on the same database (one
+row updated, committed), which no one-event transaction can beat. Business transactions that
+write several events of a chain commit once for all of them: two more chains get
+``CASEHUB_BENCH_AUDIT_BATCH_EVENTS`` (20,000) events in transactions of ``BATCH`` (10) events,
+once through ``append_events`` (one call a transaction) and once through ten ``append_event``
+calls a transaction. ``verify_chain`` then checks the 100,000-event chain (median of three runs,
+target ≤ 1 s; in parts at once, ``VERIFY_PROCESSES`` processes, and once in one process for
+comparison, with the CPU seconds of all the processes), ``export_case_bundle`` exports it (peak
+RSS growth of the process during the export, target ≤ 50 MB: streamed, flat memory) and
+``casehub_verify.py`` verifies the bundle offline with the signing key's public half, as an
+auditor would (its wall-clock and own peak RSS are reported). The 1-minute load average at the
+start and end of the append phase is recorded: the figures are only as quiet as the machine.
 
 The bench owns its database: ``CASEHUB_BENCH_DATABASE_URL`` (default ``casehub_bench`` on the
 local PostgreSQL, whose name must contain "bench") is dropped, created and migrated at the start
@@ -36,7 +42,11 @@ from urllib.parse import urlsplit, urlunsplit
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/casehub_bench"
 EVENTS = int(os.environ.get("CASEHUB_BENCH_AUDIT_EVENTS", "100000"))
+BATCH_EVENTS = int(os.environ.get("CASEHUB_BENCH_AUDIT_BATCH_EVENTS", "20000"))
+BATCH = 10  # events a business transaction writes, in the batched runs
 CASE_ID = 1  # the benchmarked chain, case:1
+BATCH_CASE_ID = 3  # append_events, BATCH events a transaction
+CALLS_CASE_ID = 4  # BATCH append_event calls a transaction
 WARMUP_CASE_ID = 2  # a short chain exported first, so one-time costs are not counted
 WARMUP_EVENTS = 200
 EXPORTER = "bench-auditor"
@@ -56,6 +66,7 @@ finally:
 
 TARGETS = {
     "audit.append.per_s": (">=", 2000.0),
+    "audit.append_k10.per_s": (">=", 2000.0),
     "audit.verify.s": ("<=", 1.0),
     "audit.verify.problems": ("<=", 0.0),
     "audit.export.rss_growth_mb": ("<=", 50.0),
@@ -168,11 +179,15 @@ def _setup() -> None:
     django.setup()
 
 
+def _leaf_data(i: int) -> dict[str, Any]:
+    return {"case": CASE_ID, "leaf": i, "step": f"s{i % 25}", "status": "done", "attempt": 1}
+
+
 def _append_phase() -> dict[str, float]:
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
-    from oversight.audit import append_event, case_chain, verify_chain
+    from oversight.audit import append_event, case_chain
 
     call_command("migrate", verbosity=0, interactive=False)
     get_user_model().objects.create_user(EXPORTER)
@@ -181,18 +196,14 @@ def _append_phase() -> dict[str, float]:
             "bench.warmup.event", actor="analyst", chain=case_chain(WARMUP_CASE_ID), data={"i": i}
         )
 
+    load_before = os.getloadavg()[0]
     chain = case_chain(CASE_ID)
     step = max(EVENTS // 10, 1)
     started = time.perf_counter()
     lap = started
     for i in range(EVENTS):
-        # each call is its own transaction (autocommit outside atomic), as a leaf's event is
-        append_event(
-            "planning.leaf.completed",
-            actor="analyst",
-            chain=chain,
-            data={"case": CASE_ID, "leaf": i, "step": f"s{i % 25}", "status": "done", "attempt": 1},
-        )
+        # each call is its own transaction (autocommit outside atomic)
+        append_event("planning.leaf.completed", actor="analyst", chain=chain, data=_leaf_data(i))
         if (i + 1) % step == 0:
             now = time.perf_counter()
             print(
@@ -203,24 +214,98 @@ def _append_phase() -> dict[str, float]:
             lap = now
     wall = time.perf_counter() - started
     floor = _commit_floor()
-
-    walls: list[float] = []
-    problems = 0
-    for _ in range(VERIFY_RUNS):
-        gc.collect()
-        began = time.perf_counter()
-        problems = max(problems, len(verify_chain(chain)))
-        walls.append(time.perf_counter() - began)
+    batched = _batched_appends()
+    load_after = os.getloadavg()[0]
     return {
         "audit.append.events": float(EVENTS),
         "audit.append.wall_s": round(wall, 3),
         "audit.append.per_s": round(EVENTS / wall, 1),
         # The peer in the same run: transactions that update one row and commit, nothing else.
-        # No append, which is one such transaction, can beat it.
+        # No one-event transaction can beat it.
         "audit.commit_floor.per_s": round(floor, 1),
         "audit.append.of_commit_floor": round(EVENTS / wall / floor, 3),
+        **batched,
+        **_verify_figures(chain),
+        "audit.loadavg_1m.before": round(load_before, 2),
+        "audit.loadavg_1m.after": round(load_after, 2),
+    }
+
+
+def _batched_appends() -> dict[str, float]:
+    """Append BATCH_EVENTS events in transactions of BATCH, by append_events and by calls."""
+    from django.db import transaction
+
+    from oversight.audit import NewEvent, append_event, append_events, case_chain
+
+    transactions = max(BATCH_EVENTS // BATCH, 1)
+    batch_chain, calls_chain = case_chain(BATCH_CASE_ID), case_chain(CALLS_CASE_ID)
+    started = time.perf_counter()
+    for t in range(transactions):
+        with transaction.atomic():
+            append_events(
+                [
+                    NewEvent("planning.leaf.completed", "analyst", _leaf_data(t * BATCH + j))
+                    for j in range(BATCH)
+                ],
+                chain=batch_chain,
+            )
+    batch_wall = time.perf_counter() - started
+    started = time.perf_counter()
+    for t in range(transactions):
+        with transaction.atomic():
+            for j in range(BATCH):
+                append_event(
+                    "planning.leaf.completed",
+                    actor="analyst",
+                    chain=calls_chain,
+                    data=_leaf_data(t * BATCH + j),
+                )
+    calls_wall = time.perf_counter() - started
+    events = transactions * BATCH
+    print(
+        f"  {events:,} events in transactions of {BATCH}: {events / batch_wall:,.0f}/s by "
+        f"append_events, {events / calls_wall:,.0f}/s by append_event calls",
+        file=sys.stderr,
+        flush=True,
+    )
+    return {
+        "audit.append_k10.events": float(events),
+        "audit.append_k10.per_s": round(events / batch_wall, 1),
+        "audit.append_k10.transactions_per_s": round(transactions / batch_wall, 1),
+        "audit.append_k10_calls.per_s": round(events / calls_wall, 1),
+    }
+
+
+def _cpu_seconds() -> float:
+    mine = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return mine.ru_utime + mine.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _verify_figures(chain: str) -> dict[str, float]:
+    from oversight.audit import VERIFY_PROCESSES, check_chain, verify_chain
+
+    walls: list[float] = []
+    cpus: list[float] = []
+    problems = 0
+    for _ in range(VERIFY_RUNS):
+        gc.collect()
+        cpu = _cpu_seconds()
+        began = time.perf_counter()
+        problems = max(problems, len(verify_chain(chain)))
+        walls.append(time.perf_counter() - began)
+        cpus.append(_cpu_seconds() - cpu)
+    gc.collect()
+    began = time.perf_counter()
+    problems = max(problems, len(check_chain(chain, processes=1).problems))
+    one_process = time.perf_counter() - began
+    return {
         "audit.verify.s": round(statistics.median(walls), 4),
         "audit.verify.s_best": round(min(walls), 4),
+        "audit.verify.processes": float(VERIFY_PROCESSES),
+        # the client's CPU seconds (this process and its workers; not the database server's)
+        "audit.verify.cpu_s": round(statistics.median(cpus), 4),
+        "audit.verify.one_process_s": round(one_process, 4),
         "audit.verify.problems": float(problems),
     }
 
