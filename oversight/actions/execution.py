@@ -24,7 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
-from django.db.models import Count, F, Q
+from django.db.models import Count, Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from oversight import dispatch, notify, trust
@@ -177,6 +177,8 @@ class Ended:
     node_id: int
     status: str
     ready: tuple[int, ...] = field(default_factory=tuple)
+    # The leaf this worker claimed in the same transaction, to run next (`keep`).
+    claimed: Claim | None = None
 
 
 def idempotency_key(node: PlanNode) -> str:
@@ -250,27 +252,51 @@ def start_execution(case: Case, *, actor: User | None) -> list[int]:
         data={"case": case.pk, "before": {"status": before}, "after": {"status": case.status}},
     )
     assert case.current_version_id is not None
-    return release_ready(PlanVersion.objects.get(pk=case.current_version_id))
+    released = release_ready(PlanVersion.objects.get(pk=case.current_version_id))
+    if not released:
+        # A re-planned version whose steps all ended already (carried over): nothing to run.
+        finish_if_done(case)
+    return released
 
 
 def release_ready(
     version: PlanVersion,
     *,
     candidates: Iterable[int] | None = None,
-    keep: int = 0,
     case: Case | None = None,
     announce: bool = True,
+    stopped: bool | None = None,
 ) -> list[int]:
     """Make `pending` leaves whose dependencies all succeeded `ready`, and send them on commit.
 
     `candidates` limits the check to those leaf ids (the dependents of a leaf that just ended).
     The candidates are locked in id order, so that of several parents ending at once exactly one
-    releases their common child (E11). The first `keep` are not sent: the caller runs them on
-    its own worker (the reconciler sends them if it dies first). `case` is the version's case
-    when the caller holds it (locked) already. The leaves made ready are audited in one event,
-    or, `announce=False`, by the caller (a completion names them in its own). Returns their ids.
+    releases their common child (E11). `case` is the version's case when the caller holds it
+    (locked) already. The leaves made ready are audited in one event, or, `announce=False`, by
+    the caller. `stopped` is the stop switch when the caller read it already. Returns their ids.
     """
     case = case if case is not None else version.case
+    ready = _release(version, candidates=candidates, case=case)
+    if ready and announce:
+        append_event(
+            "execution.leaves.ready",
+            chain=case_chain(case.pk),
+            data={
+                "nodes": [n.key for n in ready],
+                "before": {"status": "pending"},
+                "after": {"status": "ready"},
+            },
+        )
+    if not (is_stopped() if stopped is None else stopped):
+        for node in ready:
+            dispatch.enqueue_leaf(node.pk)
+    return [n.pk for n in ready]
+
+
+def _release(
+    version: PlanVersion, *, candidates: Iterable[int] | None, case: Case
+) -> list[PlanNode]:
+    """Make the candidates whose dependencies all succeeded `ready` (locked, in id order)."""
     if case.status not in RUNNING_CASE_STATUSES or case.current_version_id != version.pk:
         return []
     query = PlanNode.objects.filter(version=version, kind=LEAF, status=NodeStatus.PENDING)
@@ -294,25 +320,15 @@ def release_ready(
     ]
     if not ready:
         return []
+    now = timezone.now()
     # The candidates are locked above: one statement moves them all.
     PlanNode.objects.filter(pk__in=[n.pk for n in ready], status=NodeStatus.PENDING).update(
-        status=NodeStatus.READY, enqueued_at=timezone.now()
+        status=NodeStatus.READY, enqueued_at=now
     )
-    if announce:
-        append_event(
-            "execution.leaves.ready",
-            chain=case_chain(case.pk),
-            data={
-                "nodes": [n.key for n in ready],
-                "before": {"status": "pending"},
-                "after": {"status": "ready"},
-            },
-        )
-    if is_stopped():
-        return []
-    for node in ready[keep:]:
-        dispatch.enqueue_leaf(node.pk)
-    return [n.pk for n in ready]
+    for node in ready:
+        node.version = version
+        node.status, node.enqueued_at = NodeStatus.READY, now
+    return ready
 
 
 def on_step_approved(gate: Gate, *, actor: User) -> None:
@@ -365,7 +381,15 @@ def _approval_problem(node: PlanNode, case: Case, now: datetime) -> str | None:
     return None
 
 
-def _routing(node: PlanNode, planned: Agent | None) -> trust.Routing:
+def _agent_and_scores(slug: str) -> tuple[Agent | None, list[TrustScore]]:
+    """Return the agent with its trust scores, in one query when it has scores."""
+    scores = list(TrustScore.objects.filter(agent__slug=slug).select_related("agent"))
+    if scores:
+        return scores[0].agent, scores
+    return Agent.objects.filter(slug=slug).first(), []
+
+
+def _routing(node: PlanNode, planned: Agent | None, scores: list[TrustScore]) -> trust.Routing:
     """Check who should run the leaf: the planned agent while it is trusted enough.
 
     The planned agent's own trust is read first; the other candidates (and their load) only
@@ -377,7 +401,7 @@ def _routing(node: PlanNode, planned: Agent | None) -> trust.Routing:
     threshold = policy.trust_threshold
     capabilities = list(planned.capabilities) if planned is not None else []
     if planned is not None and planned.enabled:
-        mine = effective_trust(planned, capabilities)
+        mine = effective_trust(planned, capabilities, scores)
         if mine >= threshold:
             return trust.route(
                 node.agent, [trust.Candidate(agent=planned.slug, trust=mine)], threshold=threshold
@@ -423,28 +447,65 @@ def claim_leaf(node_id: int, *, worker: str = "") -> Claim:
 
 
 def _claim(node_id: int, worker: str) -> Claim | str:
+    # A leaf another transaction holds is being claimed, released or recovered by it, and that
+    # one sends or runs it: this message is not waited for (SKIP LOCKED) but refused.
     node = (
-        PlanNode.objects.select_for_update(of=("self",))
+        PlanNode.objects.select_for_update(of=("self",), skip_locked=True)
         .select_related("version", "version__case")
+        .annotate(stopped=Exists(ExecutionControl.objects.filter(pk=1, stopped=True)))
         .filter(pk=node_id, kind=LEAF)
         .first()
     )
     if node is None:
+        if PlanNode.objects.filter(pk=node_id, kind=LEAF).exists():
+            raise ClaimRefused("the leaf is held by another transaction")
         raise ClaimRefused("no such leaf")
     if node.status != NodeStatus.READY:
         raise ClaimRefused(f"the leaf is {node.status}")
     case = node.version.case
     if case.status not in RUNNING_CASE_STATUSES:
         raise ClaimRefused(f"the case is {case.status}")
-    if is_stopped():
+    if node.stopped:  # type: ignore[attr-defined]
         raise ClaimRefused("execution is stopped")
+    taken = _take(node, case, worker)
+    if isinstance(taken, str):
+        return taken
+    if case.status == CaseStatus.APPROVED:
+        case.status = CaseStatus.EXECUTING
+        case.save(update_fields=["status", "updated_at"])
+    append_event(
+        "execution.leaf.claimed",
+        actor=node.agent or None,
+        chain=case_chain(case.pk),
+        data=_claim_data(taken, worker),
+    )
+    return taken
+
+
+def _claim_data(claim: Claim, worker: str) -> dict[str, Any]:
+    return {
+        "node": claim.key,
+        "attempt": claim.attempt,
+        "worker": worker,
+        "lease_until": claim.lease_until.isoformat(),
+        "before": {"status": "ready"},
+        "after": {"status": "running"},
+    }
+
+
+def _take(node: PlanNode, case: Case, worker: str) -> Claim | str:
+    """Claim a locked `ready` leaf of a running case: approvals, routing, then `running`.
+
+    Returns the claim, or why the leaf may not run now (its state, waiting for a new approval
+    or an escalation, is changed and audited in the caller's transaction). The caller audits
+    the claim itself: in an event of its own, or in the completion that handed it over.
+    """
     now = timezone.now()
-    chain = case_chain(case.pk)
     if (why := _approval_problem(node, case, now)) is not None:
         _refuse_for_approval(node, case, why)
         return why
-    planned = Agent.objects.filter(slug=node.agent).first()
-    routing = _routing(node, planned)
+    planned, scores = _agent_and_scores(node.agent)
+    routing = _routing(node, planned, scores)
     objects = routing.escalate or routing.agent != node.agent
     # An approved escalation overrules the routing; it is only looked for when routing objects.
     if objects and not _overruled(node):
@@ -453,7 +514,7 @@ def _claim(node_id: int, worker: str) -> Claim | str:
         )
         append_event(
             "execution.leaf.routing_escalated",
-            chain=chain,
+            chain=case_chain(case.pk),
             data={"node": node.key, "routing": routing.as_data()},
         )
         from oversight.actions.gates import open_escalation_gate
@@ -476,30 +537,13 @@ def _claim(node_id: int, worker: str) -> Claim | str:
         routing=routing.as_data(),
     )
     LeafAttempt.objects.create(node=node, number=attempt, worker=worker[:255], started_at=now)
-    if case.status == CaseStatus.APPROVED:
-        case.status = CaseStatus.EXECUTING
-        case.save(update_fields=["status", "updated_at"])
-    append_event(
-        "execution.leaf.claimed",
-        actor=node.agent or None,
-        chain=chain,
-        data={
-            "node": node.key,
-            "attempt": attempt,
-            "worker": worker,
-            "lease_until": lease_until.isoformat(),
-            "before": {"status": "ready"},
-            "after": {"status": "running"},
-        },
-    )
-    agent_kind = planned.kind if planned is not None else ""
     return Claim(
         node_id=node.pk,
         case_id=case.pk,
         key=node.key,
         attempt=attempt,
         agent=node.agent,
-        kind=agent_kind or "",
+        kind=(planned.kind if planned is not None else "") or "",
         idempotency_key=idempotency_key(node),
         lease_until=lease_until,
     )
@@ -571,11 +615,22 @@ def check_safe_point(claim: Claim) -> None:
 # Ending ----------------------------------------------------------------------------------------
 
 
-def _locked_attempt(node_id: int, attempt: int) -> tuple[PlanNode, Case]:
+def _locked_attempt(node_id: int, attempt: int, *, share: bool = False) -> tuple[PlanNode, Case]:
+    """Lock a running attempt's leaf and its case; raise StaleResult when it lost the leaf.
+
+    `share` takes the case row FOR SHARE rather than FOR UPDATE: completions of one case then run
+    side by side (a cancel or an edit still waits for them, and they for it).
+    """
     node = (
-        PlanNode.objects.select_for_update(of=("self",)).select_related("version").get(pk=node_id)
+        PlanNode.objects.select_for_update(of=("self",))
+        .select_related("version")
+        .annotate(stopped=Exists(ExecutionControl.objects.filter(pk=1, stopped=True)))
+        .get(pk=node_id)
     )
-    case = Case.objects.select_for_update().get(pk=node.version.case_id)
+    if share:
+        case = _share_locked_case(node.version.case_id)
+    else:
+        case = Case.objects.select_for_update().get(pk=node.version.case_id)
     if node.status != NodeStatus.RUNNING or node.attempts != attempt:
         raise StaleResult(
             f"attempt {attempt} of {node.key} is stale: the leaf is {node.status} "
@@ -584,6 +639,15 @@ def _locked_attempt(node_id: int, attempt: int) -> tuple[PlanNode, Case]:
             attempt=attempt,
         )
     return node, case
+
+
+def _share_locked_case(case_id: int) -> Case:
+    """Return the case, its row locked FOR SHARE (Django's select_for_update has no such mode)."""
+    query = Case.objects.filter(pk=case_id)
+    if not connection.features.has_select_for_update:
+        return query.get()  # SQLite: one writer at a time anyway
+    sql, params = query.query.sql_with_params()
+    return Case.objects.raw(f"{sql} FOR SHARE", params)[0]
 
 
 @transaction.atomic
@@ -641,7 +705,13 @@ def _end_attempt(node: PlanNode, attempt: int, outcome: str, **fields: str) -> N
 
 
 def complete_leaf(
-    node_id: int, attempt: int, output: Mapping[str, Any], *, kind: str = "tool", keep: int = 0
+    node_id: int,
+    attempt: int,
+    output: Mapping[str, Any],
+    *,
+    kind: str = "tool",
+    keep: int = 0,
+    worker: str = "",
 ) -> Ended:
     """Record a leaf's output: it `succeeded`, trust learns, dependents may become ready.
 
@@ -650,17 +720,17 @@ def complete_leaf(
     not committed (the leaf ends `cancelled`). Raises StaleResult for a stale attempt.
     """
     try:
-        return _complete(node_id, attempt, output, kind=kind, keep=keep)
+        return _complete(node_id, attempt, output, kind=kind, keep=keep, worker=worker)
     except StaleResult as exc:
         _record_stale(exc)
         raise
 
 
 def _complete(
-    node_id: int, attempt: int, output: Mapping[str, Any], *, kind: str, keep: int
+    node_id: int, attempt: int, output: Mapping[str, Any], *, kind: str, keep: int, worker: str
 ) -> Ended:
     with transaction.atomic():
-        node, case = _locked_attempt(node_id, attempt)
+        node, case = _locked_attempt(node_id, attempt, share=True)
         now = timezone.now()
         chain = case_chain(case.pk)
         cancelled = case.status not in RUNNING_CASE_STATUSES
@@ -675,6 +745,7 @@ def _complete(
                 chain=chain,
                 data={"node": node.key, "attempt": attempt, "why": f"the case is {case.status}"},
             )
+            finish_if_done(case)
             return Ended(node_id=node.pk, status=NodeStatus.CANCELLED)
         PlanNode.objects.filter(pk=node.pk).update(
             status=NodeStatus.SUCCEEDED,
@@ -686,36 +757,79 @@ def _complete(
             finished_after_cancel=cancelled,
         )
         _end_attempt(node, attempt, LeafAttempt.Outcome.SUCCEEDED)
+        stopped = bool(node.stopped)  # type: ignore[attr-defined]
+        ready = [] if cancelled else _release(node.version, candidates=_dependents(node), case=case)
+        released = [n.key for n in ready]
+        claimed = (
+            _claim_next(node, case, ready[:keep], worker)
+            if keep and not cancelled and not stopped and case.status == CaseStatus.EXECUTING
+            else None
+        )
+        if not stopped:
+            for other in ready:
+                if claimed is None or other.pk != claimed.node_id:
+                    dispatch.enqueue_leaf(other.pk)
+        # The rows every completion of the case shares (the agent's trust, the chain head) are
+        # locked last, so completions run side by side until there.
         record_outcome(node.agent, "succeeded", now=now)
-        ready = (
-            []
-            if cancelled
-            else release_ready(
-                node.version,
-                candidates=_dependents(node),
-                keep=keep,
-                case=case,
-                announce=False,
-            )
+        data: dict[str, Any] = {
+            "node": node.key,
+            "attempt": attempt,
+            "output": dict(output),
+            "finished_after_cancel": cancelled,
+            "released": sorted(released),
+            "before": {"status": "running"},
+            "after": {"status": "succeeded"},
+        }
+        if claimed is not None:
+            # This worker runs it next: its claim is audited here, not in an event of its own.
+            data["claimed"] = _claim_data(claimed, worker)
+        append_event("execution.leaf.succeeded", actor=node.agent or None, chain=chain, data=data)
+        # The chain head is held from here to the commit: a completion that ends after this one
+        # waits for it and sees it, so the last one to end sees nothing open and ends the case.
+        # Its case row lock goes from SHARE to UPDATE then; no other completion of the version
+        # can hold it (none has a leaf open). One of a replaced version's leaves might, and
+        # wait for the chain head: the database breaks that deadlock and the retry redoes it.
+        if claimed is None and not ready and not _open_work(case):
+            finish_if_done(case)
+        return Ended(
+            node_id=node.pk,
+            status=NodeStatus.SUCCEEDED,
+            ready=tuple(n.pk for n in ready),
+            claimed=claimed,
         )
-        keys = _leaf_keys(node.version_id, node.version.created_at)
-        released = [keys[pk] for pk in ready]
-        append_event(
-            "execution.leaf.succeeded",
-            actor=node.agent or None,
-            chain=chain,
-            data={
-                "node": node.key,
-                "attempt": attempt,
-                "output": dict(output),
-                "finished_after_cancel": cancelled,
-                "released": sorted(released),
-                "before": {"status": "running"},
-                "after": {"status": "succeeded"},
-            },
-        )
-        finish_if_done(case)
-        return Ended(node_id=node.pk, status=NodeStatus.SUCCEEDED, ready=tuple(ready))
+
+
+def _claim_next(node: PlanNode, case: Case, kept: Sequence[PlanNode], worker: str) -> Claim | None:
+    """Claim, in a completing transaction, the leaf this worker runs next.
+
+    The first leaf the completion released (locked already), or else another ready leaf of the
+    same version no other transaction holds (SKIP LOCKED; its queued message then finds it taken).
+    """
+    nxt = (
+        kept[0]
+        if kept
+        else PlanNode.objects.select_for_update(of=("self",), skip_locked=True)
+        .filter(version_id=node.version_id, kind=LEAF, status=NodeStatus.READY)
+        .order_by("position")  # the plan's order, as start_execution sends them
+        .first()
+    )
+    if nxt is None:
+        return None
+    nxt.version = node.version
+    taken = _take(nxt, case, worker)
+    return taken if isinstance(taken, Claim) else None
+
+
+def _open_work(case: Case) -> bool:
+    """Tell whether the case's current version still has an open leaf or an open gate."""
+    version_id = case.current_version_id
+    return (
+        PlanNode.objects.filter(
+            version_id=version_id, kind=LEAF, status__in=OPEN_LEAF_STATUSES
+        ).exists()
+        or Gate.objects.filter(version_id=version_id, status__in=OPEN_GATE_STATUSES).exists()
+    )
 
 
 def fail_leaf(node_id: int, attempt: int, *, error_class: str, error: str) -> Ended:
@@ -1158,9 +1272,12 @@ class Reconciled:
     timed_out: tuple[int, ...] = ()
     dead_lettered: tuple[int, ...] = ()
     retried: tuple[int, ...] = ()
+    # Cases (by id) whose end no completion got to decide (its worker died right after it).
+    finished: tuple[int, ...] = ()
 
     def as_data(self) -> dict[str, list[int]]:
         return {
+            "finished": list(self.finished),
             "resent": list(self.resent),
             "recovered": list(self.recovered),
             "timed_out": list(self.timed_out),
@@ -1283,13 +1400,37 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
             )
             if not stopped:
                 _send(node.pk)
+    finished = _finish_forgotten_cases()
     return Reconciled(
+        finished=tuple(finished),
         resent=tuple(resent),
         recovered=tuple(recovered),
         timed_out=tuple(timed_out),
         dead_lettered=tuple(dead),
         retried=tuple(retried),
     )
+
+
+def _finish_forgotten_cases() -> list[int]:
+    """End running cases whose current version has no open leaf and no open gate left."""
+    open_leaves = PlanNode.objects.filter(
+        version_id=OuterRef("current_version_id"), kind=LEAF, status__in=OPEN_LEAF_STATUSES
+    )
+    open_gates = Gate.objects.filter(
+        version_id=OuterRef("current_version_id"), status__in=OPEN_GATE_STATUSES
+    )
+    finished: list[int] = []
+    with transaction.atomic():
+        cases = list(
+            Case.objects.select_for_update(skip_locked=True)
+            .filter(status=CaseStatus.EXECUTING, current_version__isnull=False)
+            .exclude(Exists(open_leaves))
+            .exclude(Exists(open_gates))[:REDISPATCH_BATCH]
+        )
+        for case in cases:
+            if finish_if_done(case) is not None:
+                finished.append(case.pk)
+    return finished
 
 
 # The worker's loop ------------------------------------------------------------------------------
@@ -1342,7 +1483,7 @@ def _with_database_retry[T](action: Callable[[], T], *, what: str) -> T:
     raise AssertionError("unreachable")
 
 
-def _run_claimed(claim: Claim) -> Ended | None:
+def _run_claimed(claim: Claim, *, keep: int = 0, worker: str = "") -> Ended | None:
     from oversight import runners
 
     renewer = _LeaseRenewer(claim)
@@ -1371,7 +1512,9 @@ def _run_claimed(claim: Claim) -> Ended | None:
         error_class, error = ErrorClass.TOOL_FAILURE, f"{type(exc).__name__}: {exc}"
     else:
         return _with_database_retry(
-            lambda: complete_leaf(claim.node_id, claim.attempt, output, kind=claim.kind, keep=1),
+            lambda: complete_leaf(
+                claim.node_id, claim.attempt, output, kind=claim.kind, keep=keep, worker=worker
+            ),
             what="completing a leaf",
         )
     finally:
@@ -1415,39 +1558,37 @@ def _lost_database(claim: Claim, exc: BaseException) -> Ended:
     return _with_database_retry(requeue, what="handing a leaf back")
 
 
+def inline_s() -> float:
+    """Return how long one task keeps running further leaves on its worker before it hands
+    the rest back to the queue (other cases' messages wait behind it meanwhile)."""
+    return min(_setting("CASEHUB_LEAF_INLINE_S", 10), hard_limit_s())
+
+
 def execute_leaf(node_id: int, *, worker: str) -> list[str]:
-    """Claim and run a leaf, then, while time allows, one leaf it made ready, on this worker.
+    """Claim and run a leaf, then, while time allows, the leaf its completion claimed for this
+    worker (one it made ready, or another ready leaf of the case), and so on.
 
     Returns what happened to each leaf ("12 succeeded", "13 refused: the leaf is running").
     A duplicate message, a stopped switch or a cancelled case is a refusal, not an error.
     """
     started = time.monotonic()
     outcomes: list[str] = []
-    current: int | None = node_id
-    while current is not None:
-        leaf = current
+    try:
+        claim: Claim | None = _with_database_retry(
+            functools.partial(claim_leaf, node_id, worker=worker), what="claiming a leaf"
+        )
+    except ClaimRefused as exc:
+        return [f"{node_id} refused: {exc}"]
+    while claim is not None:
+        keep = 1 if time.monotonic() - started < inline_s() else 0
         try:
-            claim = _with_database_retry(
-                functools.partial(claim_leaf, leaf, worker=worker), what="claiming a leaf"
-            )
-        except ClaimRefused as exc:
-            outcomes.append(f"{leaf} refused: {exc}")
-            break
-        try:
-            ended = _run_claimed(claim)
+            ended = _run_claimed(claim, keep=keep, worker=worker)
         except StaleResult as exc:
-            outcomes.append(f"{leaf} stale: {exc}")
+            outcomes.append(f"{claim.node_id} stale: {exc}")
             break
         if ended is None:
-            outcomes.append(f"{leaf} waits for a person")
+            outcomes.append(f"{claim.node_id} waits for a person")
             break
-        outcomes.append(f"{leaf} {ended.status}")
-        current = None
-        if ended.ready:
-            kept = ended.ready[0]
-            # Run the kept leaf here while this task has time left; else send it like the rest.
-            if time.monotonic() - started < hard_limit_s():
-                current = kept
-            else:
-                dispatch.send_leaf(kept)
+        outcomes.append(f"{claim.node_id} {ended.status}")
+        claim = ended.claimed
     return outcomes
