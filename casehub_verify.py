@@ -100,7 +100,7 @@ _canonical_value = _reused_c_encoder()
 
 # json.loads(text) is this scanner's value when it reads the whole text (JSONDecoder.raw_decode
 # is the scanner, wrapped; json.loads also strips whitespace around the value and refuses more).
-_scan_json = json.JSONDecoder().scan_once
+_scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def _loads_or_text(text: Any) -> Any:

@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 import psycopg
 from django.contrib.auth import get_user_model
@@ -406,7 +406,7 @@ def _check_in_parts(
 class _Worker:
     """A process checking one part of a chain; its result comes through a pipe."""
 
-    def __init__(self, pid: int, result: BinaryIO, process: subprocess.Popen[bytes] | None):
+    def __init__(self, pid: int, result: IO[bytes], process: subprocess.Popen[bytes] | None):
         self.pid, self.result, self.process = pid, result, process
 
     def verifier(self) -> ChainVerifier | None:
@@ -435,11 +435,12 @@ def _start_worker(job: dict[str, Any]) -> _Worker | None:
     params = connection.get_connection_params()
     try:
         conninfo = make_conninfo(
+            "",
             **{
                 key: value
                 for key, value in params.items()
                 if key not in _NOT_LIBPQ and isinstance(value, str | int)
-            }
+            },
         )
         job = {**job, "conninfo": conninfo}
         if threading.active_count() == 1 and hasattr(os, "fork"):
