@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from oversight.actions.execution import Claim, ErrorClass, LeafStopped, check_safe_point
 from oversight.goal_judge import judge_goal
-from planning.catalogue import all_tool_specs, registered_packs
+from planning.catalogue import registered_packs
 from planning.core.catalogue import DomainPack, ToolCall, ToolSpec, TransientToolError
 from planning.core.errors import PlanInvalid, flatten_errors
 from planning.core.tree import thaw
@@ -162,8 +162,8 @@ def run(claim: Claim) -> dict[str, Any]:
     Raises LeafError (classified), LeafStopped at a safe point, WaitingForPerson for a human
     leaf handed to its group.
     """
-    node = PlanNode.objects.select_related("version").get(pk=claim.node_id)
-    agent = Agent.objects.filter(slug=node.agent).first()
+    node = claim.node or PlanNode.objects.select_related("version").get(pk=claim.node_id)
+    agent = claim.agent_row or Agent.objects.filter(slug=node.agent).first()
     if agent is None or not agent.enabled:
         raise LeafError(ErrorClass.POLICY_DENIAL, f"agent {node.agent!r} is unknown or disabled")
     if agent.kind == Agent.Kind.HUMAN:
@@ -220,8 +220,9 @@ def allowed_tool(agent: Agent, name: str) -> tuple[ToolSpec, DomainPack]:
         raise LeafError(
             ErrorClass.POLICY_DENIAL, f"tool {name} is not on {agent.slug}'s allow-list"
         )
-    spec: ToolSpec | None = all_tool_specs().get(name)
+    # The code's spec: running needs its schemas and function, not the risk admins set.
     pack = _pack_of_tool(name)
+    spec = next((t for t in pack.tools if t.name == name), None) if pack is not None else None
     if spec is None or pack is None:
         raise LeafError(ErrorClass.POLICY_DENIAL, f"tool {name} is not registered")
     return spec, pack

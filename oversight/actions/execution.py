@@ -168,6 +168,10 @@ class Claim:
     kind: str
     idempotency_key: str
     lease_until: datetime
+    # The rows the claim read, for the runner (not read again); absent on a claim rebuilt
+    # elsewhere. Their execution fields are those from before the claim.
+    node: PlanNode | None = field(default=None, compare=False, repr=False)
+    agent_row: Agent | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -546,6 +550,8 @@ def _take(node: PlanNode, case: Case, worker: str) -> Claim | str:
         kind=(planned.kind if planned is not None else "") or "",
         idempotency_key=idempotency_key(node),
         lease_until=lease_until,
+        node=node,
+        agent_row=planned,
     )
 
 
