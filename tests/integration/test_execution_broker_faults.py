@@ -104,9 +104,11 @@ def test_redis_restarted_with_leaves_queued_loses_nothing_and_runs_nothing_twice
 ) -> None:
     # One worker process, busy with a case's long leaf while four other cases' leaves are sent:
     # their messages wait in Redis (a worker only ever picks up its own case's next leaf).
-    busy = harness.case(analyst, [{"key": "busy", "seconds": 3}])
+    busy = harness.case(analyst, [{"key": "busy", "seconds": 5}])
     queued = [harness.case(analyst, [{"key": "q", "seconds": 0.5}]) for _ in range(4)]
-    workers = Supervised(harness, concurrency=1, CELERY_BROKER_URL=redis_server.url)
+    workers = Supervised(
+        harness, concurrency=1, CELERY_BROKER_URL=redis_server.url, CASEHUB_LEAF_SOFT_LIMIT_S=14
+    )
     try:
         approve_plan(busy, officer)
         wait_until("the long leaf to run", lambda: leaf(busy, "busy").status == NodeStatus.RUNNING,
@@ -114,6 +116,7 @@ def test_redis_restarted_with_leaves_queued_loses_nothing_and_runs_nothing_twice
         for case in queued:
             approve_plan(case, officer)
         assert redis_server.queued() == len(queued)
+        assert leaf(busy, "busy").status == NodeStatus.RUNNING  # Redis goes while it runs
         redis_server.stop(signal.SIGKILL)
         # The long leaf ends while the broker is away; the reconciler cannot send anything.
         wait_until("the long leaf to end", lambda: leaf(busy, "busy").status != NodeStatus.RUNNING,
