@@ -61,39 +61,54 @@ def install(var_dir: Path) -> None:
     import django
 
     django.setup()
+    import importlib
+
     from django.db.backends.signals import connection_created
 
     from oversight import dispatch, runners
-    from oversight.actions import execution
+
+    parts = ("common", "claiming", "ending", "work_items", "cases", "reconcile", "worker")
+    modules = [
+        *(importlib.import_module(f"oversight.actions.execution.{part}") for part in parts),
+        importlib.import_module("oversight.actions.trust"),
+        runners,
+        dispatch,
+    ]
 
     def on_connection(sender: Any, connection: Any, **kwargs: Any) -> None:
         if _count not in connection.execute_wrappers:
             connection.execute_wrappers.append(_count)
 
     connection_created.connect(on_connection, weak=False)
-    for module, names in (
-        (
-            execution,
-            (
-                "execute_leaf",
-                "claim_leaf",
-                "_approval_problem",
-                "_routing",
-                "is_stopped",
-                "complete_leaf",
-                "_dependents",
-                "release_ready",
-                "finish_if_done",
-                "record_outcome",
-                "append_event",
-            ),
-        ),
-        (runners, ("run", "upstream_outputs", "run_tool", "check_output")),
-        (dispatch, ("send_leaf",)),
-    ):
-        for name in names:
-            label = f"{module.__name__.rsplit('.', 1)[-1]}.{name}"
-            setattr(module, name, _timed(var_dir, label, getattr(module, name)))
+    phases = (
+        "execute_leaf",
+        "claim_leaf",
+        "_take",
+        "_approval_problem",
+        "_routing",
+        "complete_leaf",
+        "_release",
+        "_claim_next",
+        "finish_if_done",
+        "record_outcome",
+        "append_event",
+        "run",
+        "check_output",
+        "send_leaf",
+    )
+    for name in phases:
+        # The same wrapper wherever the function is bound: where it is defined and where it is
+        # imported (the execution parts import each other's functions by name).
+        owner = next((m for m in modules if getattr(getattr(m, name, None), "__module__", "")
+                      == m.__name__), None)  # fmt: skip
+        if owner is None:
+            continue
+        label = f"{owner.__name__.rsplit('.', 1)[-1]}.{name}"
+        original = getattr(owner, name)
+        wrapped = _timed(var_dir, label, original)
+        for module in modules:
+            if getattr(module, name, None) is original:
+                setattr(module, name, wrapped)
 
 
 if __name__ == "__main__":

@@ -222,6 +222,8 @@ CASEHUB_LEAF_RETRY_BASE_S = env_int("CASEHUB_LEAF_RETRY_BASE_S", 2, minimum=0)
 CASEHUB_LEAF_RETRY_MAX_S = env_int("CASEHUB_LEAF_RETRY_MAX_S", 60, minimum=0)
 # A ready leaf not claimed this long after it was sent is sent again (a lost message).
 CASEHUB_LEAF_REDISPATCH_AFTER_S = env_int("CASEHUB_LEAF_REDISPATCH_AFTER_S", 30, minimum=1)
+# A task runs the leaves its completions claim for this long, then hands the rest to the queue.
+CASEHUB_LEAF_INLINE_S = env_int("CASEHUB_LEAF_INLINE_S", 10, minimum=0)
 CASEHUB_EXECUTION_RECONCILE_INTERVAL_S = env_int(
     "CASEHUB_EXECUTION_RECONCILE_INTERVAL_S", 10, minimum=1
 )

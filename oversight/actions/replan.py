@@ -392,7 +392,7 @@ def _store(
     replanned: Replanned,
     old_rows: Mapping[str, PlanNode],
 ) -> PlanVersion:
-    from oversight.actions.execution import _cancel_open_leaves, _fail_and_block
+    from oversight.actions.execution import cancel_open_leaves, fail_and_block
 
     chain = case_chain(case.pk)
     plan = replanned.plan
@@ -409,8 +409,8 @@ def _store(
         )
     }
     # Nothing new starts on the old version: the failed step fails, its open steps are cancelled.
-    _fail_and_block(node, why=why, actor=None)
-    _cancel_open_leaves(old.pk)
+    fail_and_block(node, why=why, actor=None)
+    cancel_open_leaves(old.pk)
     diff = diff_plans(old_plan, plan)
     edit = {
         "kind": REPLAN,
