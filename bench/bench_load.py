@@ -7,8 +7,9 @@ dropped at the end, and a Redis database (``CASEHUB_BENCH_LOAD_REDIS_URL``, defa
 ``redis://127.0.0.1:6379/13``), emptied at the start and the end. A child process migrates, creates
 ``OFFICERS`` officer accounts and two analysts, and plans real INV-1042 invoice cases through
 ``submit_case`` and ``materialise_plan`` (each a plan gate and a signed step gate), enough for both
-phases. Each phase starts gunicorn (two gthread workers of four threads, as ``make run``) and a
-Celery worker on Redis, runs ``USERS`` locust users (``bench/load_users.py``) for its time, then
+phases. Each phase starts gunicorn (two gthread workers of four threads, as ``make run``; database
+connections kept for 60 s, ``CONN_MAX_AGE``) and a Celery worker on Redis, runs ``USERS`` locust
+users (``bench/load_users.py``) for its time, then
 has two officers race on each of ``RACES`` pending plan gates (one through the form, one through
 the API, released together): exactly one decision and one 409 each. A child process then counts,
 from the database, the ``oversight.gate.decided`` events and the decisions stored against what the
@@ -18,17 +19,20 @@ verifies every audit chain (``verify_anchored_chain``, as ``GET /api/audit/verif
 
 Phase ``load``: the app talks to PostgreSQL and Redis directly. Phase ``load.delay``: through
 ``bench/delay_proxy.py``, 100 ms each way (200 ms added to every round trip, and to each new
-connection), with the same users. The officers sign in one a second (each sign-in hashes the
-password: about a second of CPU at Django's 1,500,000 PBKDF2 iterations); the measured window
-opens when the last has signed in and lasts the phase's time. Latencies are exact (every request
-is recorded); p50/p95/p99 are over the browsing and deciding requests started in the window, and
-the sign-ins are reported apart. The p95 target applies to the direct phase; in both phases the
-targets are no 5xx over the whole run (a 503 from ``/health`` is its documented answer when a
-dependency is unhealthy, counted apart), no request without an answer, decided events equal to
-the decisions the users were told of, no duplicate decision and every chain verified.
+connection), with the same users. The officers arrive one a second (locust's spawn rate) and
+sign in (each sign-in hashes the password: Argon2id, about a quarter of a second of CPU); the
+measured window opens when the last has signed in and lasts the phase's time. Latencies are
+exact (every request is recorded); p50/p95/p99 are over the browsing and deciding requests
+started in the window, and the sign-ins are reported apart. The p95 target applies to the
+direct phase; in both phases the targets are no 5xx over the whole run (a 503 from ``/health`` is
+its documented answer when a dependency is unhealthy, counted apart), no request without an
+answer, decided events equal to the decisions the users were told of, no duplicate decision and
+every chain verified.
 
 ``python -m bench load`` runs the short form (``SHORT_S`` of load, ``SHORT_DELAY_S`` under delay);
 ``python -m bench load --minutes 10`` the long one (the delay phase lasts a fifth of it).
+``run_short`` is the suite's form (``tests/bench/test_load_short.py``): the direct phase alone,
+a handful of officers on threads (``bench/load_threads.py``, no locust), correctness only.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -61,7 +66,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/casehub_bench_load"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/13"
 USERS = 50
-SPAWN_RATE = 1.0  # officers signing in per second (each sign-in hashes a password twice)
+SPAWN_RATE = 1.0  # officers arriving (and signing in) per second
 WAIT_S = (2.0, 10.0)  # an officer's pause between two tasks (6 s on average)
 SIGN_IN_LIMIT_S = 480.0  # the users' run ends if they have not all signed in by then
 OFFICERS = 10
@@ -104,6 +109,10 @@ def _env(url: str, redis_url: str, var_dir: Path) -> dict[str, str]:
         CELERY_BROKER_URL=redis_url,
         # Plain HTTP on loopback: cookies without the Secure flag.
         SECURE_COOKIES="0",
+        # Persistent database connections, as a deployment in front of PostgreSQL sets them: a
+        # new connection per request costs PostgreSQL a process and, behind the delay proxy,
+        # several round trips before the first query.
+        CONN_MAX_AGE=os.environ.get("CONN_MAX_AGE", "60"),
     )
     return env
 
@@ -197,28 +206,39 @@ def _stack(env: dict[str, str], logs: Path) -> Iterator[int]:
         worker_log.close()
 
 
-def _users(port: int, seconds: float, officers: list[str], reject_code: str, var_dir: Path) -> Any:
+@dataclass(frozen=True)
+class Users:
+    """How many simulated officers, how they arrive and pause, and on what they run."""
+
+    count: int = USERS
+    spawn_rate: float = SPAWN_RATE
+    wait: tuple[float, float] = WAIT_S
+    threaded: bool = False  # bench/load_threads.py in this process instead of locust
+
+
+def _users(port: int, seconds: float, seeded: dict[str, Any], var_dir: Path, users: Users) -> Any:
     out = var_dir / "users-out.json"
-    config = var_dir / "users.json"
-    config.write_text(
-        json.dumps(
-            {
-                "host": f"http://127.0.0.1:{port}",
-                "users": USERS,
-                "spawn_rate": SPAWN_RATE,
-                "seconds": seconds,
-                "wait": WAIT_S,
-                "sign_in_limit": SIGN_IN_LIMIT_S,
-                "stop_timeout": 150.0,
-                "officers": officers,
-                "password": PASSWORD,
-                "reject_code": reject_code,
-                "out": str(out),
-            }
-        )
-    )
-    subprocess.run([sys.executable, "-m", "bench.load_users", str(config)], cwd=ROOT, check=True)
-    return json.loads(out.read_text())
+    config = {
+        "host": f"http://127.0.0.1:{port}",
+        "users": users.count,
+        "spawn_rate": users.spawn_rate,
+        "seconds": seconds,
+        "wait": users.wait,
+        "sign_in_limit": SIGN_IN_LIMIT_S,
+        "stop_timeout": 150.0,
+        "officers": seeded["officers"],
+        "password": PASSWORD,
+        "reject_code": seeded["reject_code"],
+        "out": str(out),
+    }
+    if users.threaded:
+        from bench.load_threads import run_users
+
+        return run_users(config) | {"users": users.count}
+    path = var_dir / "users.json"
+    path.write_text(json.dumps(config))
+    subprocess.run([sys.executable, "-m", "bench.load_users", str(path)], cwd=ROOT, check=True)
+    return json.loads(out.read_text()) | {"users": users.count}
 
 
 # The race: two officers, one gate, one moment ---------------------------------------------------
@@ -320,12 +340,12 @@ def _race_one(first: _Session, second: _Session, gate: dict[str, Any]) -> dict[s
     return statuses
 
 
-def _race(port: int, officers: list[str]) -> dict[str, int]:
-    """Have two officers decide each of RACES pending plan gates at once; count the outcomes."""
+def _race(port: int, officers: list[str], races: int = RACES) -> dict[str, int]:
+    """Have two officers decide each of `races` pending plan gates at once; count the outcomes."""
     first, second = _Session(port, officers[0]), _Session(port, officers[1])
     listed = first.api("/gates?status=pending&kind=plan&limit=100")
     outcomes: Counter[str] = Counter()
-    for gate in [g for g in listed["items"] if not g["decisions"]][:RACES]:
+    for gate in [g for g in listed["items"] if not g["decisions"]][:races]:
         statuses = _race_one(first, second, gate)
         won = (statuses.get("form") == 302) + (statuses.get("api") == 200)
         lost = (statuses.get("form") == 409) + (statuses.get("api") == 409)
@@ -365,7 +385,7 @@ def _figures(
     statuses = Counter(status for _, status, _, _ in everything)
     seconds = max(users["seconds"], 1e-9)
     figures = {
-        f"{prefix}.users": float(USERS),
+        f"{prefix}.users": float(users["users"]),
         f"{prefix}.sign_in_s": round(users["sign_in_s"], 1),
         f"{prefix}.sign_in.p95_ms": round(_percentile(sign_ins, 0.95), 1),
         f"{prefix}.seconds": round(users["seconds"], 1),
@@ -429,19 +449,28 @@ def _phase(
     var_dir: Path,
     *,
     app_env: dict[str, str] | None = None,
+    users: Users = Users(),
+    races: int = RACES,
+    fresh: bool = False,
 ) -> dict[str, float]:
     """Count, run the stack on `app_env` (default `env`) with the users and the race, count again.
 
-    The counts always go to the database directly (`env`), outside the delayed path.
+    The counts always go to the database directly (`env`), outside the delayed path. `fresh`:
+    the database has just been seeded, so nothing has been decided yet (no count before).
     """
-    before = _child("count", env, var_dir)
+    nothing = {"decided_events": 0, "decision_rows": 0}
+    before = nothing if fresh else _child("count", env, var_dir)
     logs = var_dir / prefix
     logs.mkdir()
     load = os.getloadavg()[0]
+    started = time.perf_counter()
     with _stack(app_env or env, logs) as port:
-        users = _users(port, seconds, seeded["officers"], seeded["reject_code"], var_dir)
+        print(f"  {prefix}: the stack answers after {time.perf_counter() - started:.1f} s")
+        record = _users(port, seconds, seeded, var_dir, users)
         load_after = os.getloadavg()[0]
-        race = _race(port, seeded["officers"])
+        race = _race(port, seeded["officers"], races)
+        started = time.perf_counter()
+    print(f"  {prefix}: the stack stopped in {time.perf_counter() - started:.1f} s", flush=True)
     after = _child("count", env, var_dir)
     tracebacks = {name: _tracebacks(logs / f"{name}.log") for name in ("gunicorn", "worker")}
     print(f"  {prefix}: tracebacks logged {tracebacks}; load average {load:.1f}, {load_after:.1f}")
@@ -453,7 +482,7 @@ def _phase(
         key: after[key] - before[key] if key in ("decided_events", "decision_rows") else after[key]
         for key in after
     }
-    return _figures(prefix, users, race, counts) | {
+    return _figures(prefix, record, race, counts) | {
         f"{prefix}.tracebacks_logged": float(sum(tracebacks.values())),
         f"{prefix}.loadavg_1m_before": round(load, 2),
         f"{prefix}.loadavg_1m_after": round(load_after, 2),
@@ -503,6 +532,32 @@ def run(minutes: float | None = None) -> dict[str, float]:
             _recreate(admin_url, name, drop_only=True)
             _redis_flush(redis_url)
     return figures
+
+
+def run_short(
+    url: str, redis_url: str, *, seconds: float, users: Users, cases: int, races: int
+) -> dict[str, float]:
+    """The suite's form (tests/bench/test_load_short.py): the direct phase alone, on `url`.
+
+    The database is dropped and created, the Redis database emptied, before and after, as in
+    `run`. Raises when PostgreSQL or Redis cannot be reached: the test has nothing to skip to.
+    """
+    admin_url, name = _admin(url)
+    _recreate(admin_url, name)
+    _redis_flush(redis_url)
+    try:
+        with tempfile.TemporaryDirectory(prefix="casehub-load-short-") as tmp:
+            var_dir = Path(tmp)
+            env = _env(url, redis_url, var_dir)
+            started = time.perf_counter()
+            seeded = _child("seed", {**env, "CELERY_BROKER_URL": "memory://"}, var_dir, str(cases))
+            print(f"  seeded {cases} cases in {time.perf_counter() - started:.1f} s", flush=True)
+            return _phase(
+                "load", env, seconds, seeded, var_dir, users=users, races=races, fresh=True
+            )
+    finally:
+        _recreate(admin_url, name, drop_only=True)
+        _redis_flush(redis_url)
 
 
 # The child processes --------------------------------------------------------------------------

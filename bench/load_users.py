@@ -22,7 +22,6 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import re
 import sys
 import time
 from collections import Counter
@@ -35,11 +34,7 @@ import locust  # noqa: F401  (gevent patches the standard library when locust is
 from locust import FastHttpUser, constant, task
 from locust.env import Environment
 
-CSRF = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
-GATE_LINK = re.compile(r'href="/gates/(\d+)/"')
-CASE_LINK = re.compile(r'href="/cases/(\d+)/"')
-VERSION = re.compile(r'name="version" value="(\d+)"')
-CONTENT_HASH = re.compile(r'name="content_hash" value="([0-9a-f]*)"')
+from bench.load_patterns import CASE_LINK, CONTENT_HASH, CSRF, GATE_LINK, VERSION
 
 CONFIG: dict[str, Any] = {}
 RECORD: list[tuple[str, int, float, float]] = []  # name, status (0: no answer), ms, start (epoch)
