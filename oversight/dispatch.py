@@ -19,6 +19,7 @@ logger = logging.getLogger(__name__)
 
 RUN_LEAF = "oversight.run_leaf"
 RECONCILE_EXECUTION = "oversight.reconcile_execution"
+JUDGE_GOAL = "oversight.judge_goal"
 # A broker that does not answer must not hold up the transaction's caller for long.
 _PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 
@@ -46,6 +47,29 @@ def send_leaf(node_id: int, *, countdown: float | None = None) -> None:
 def enqueue_leaf(node_id: int, *, countdown: float | None = None) -> None:
     """Send a leaf to the workers once the current transaction commits."""
     transaction.on_commit(partial(send_leaf, node_id, countdown=countdown), robust=True)
+
+
+def send_goal_judge(case_id: int, *, time_limit_s: float) -> None:
+    """Send a verifying case to the LLM goal judge now; a broker error is logged, not raised."""
+    try:
+        current_app.send_task(
+            JUDGE_GOAL,
+            args=[case_id],
+            time_limit=time_limit_s,
+            retry=True,
+            retry_policy=_PUBLISH_RETRY,
+        )
+    except Exception:
+        logger.warning(
+            "case %s not sent to the goal judge (the reconciler sends it again)",
+            case_id,
+            exc_info=True,
+        )
+
+
+def enqueue_goal_judge(case_id: int, *, time_limit_s: float) -> None:
+    """Send a verifying case to the LLM goal judge once the current transaction commits."""
+    transaction.on_commit(partial(send_goal_judge, case_id, time_limit_s=time_limit_s), robust=True)
 
 
 def broker_status() -> dict[str, object]:

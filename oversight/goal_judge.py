@@ -1,10 +1,10 @@
 """The LLM goal judge: asked, where configured, whether a case whose steps ended reached its goal.
 
-Off unless `CASEHUB_GOAL_JUDGE_MODEL` names a model (on the configured provider). Goal-level
-verification (`runners.verify_goal`) asks it after every step ended as planned and the pack's rules,
-if any, hold. The model gets the case (title, goal, description, inputs) and every step (key, task,
-status, output) as JSON marked untrusted, each output cut to a bounded size, and answers a
-structured verdict `{reached, reasons}`.
+Off unless `CASEHUB_GOAL_JUDGE_MODEL` names a model (on the configured provider). It is asked once
+goal-level verification (`runners.verify_goal`) found every step ended as planned and the pack's
+rules, if any, hold. The model gets the case (title, goal, description, inputs) and every step
+(key, task, status, output) as JSON marked untrusted, each output cut to a bounded size, and
+answers a structured verdict `{reached, reasons}`.
 
 A judge that cannot decide never lets the case complete: no provider, a call that fails after the
 client's bounded retries, or an answer that does not fit the verdict makes the verdict a failure
@@ -12,10 +12,12 @@ whose reason names it. (An escalation gate would let a person overrule it, but a
 that completes the case on approval does not exist; `failed` with the reason is visible and
 audited, and nothing reports success that nobody checked.)
 
-Every call is recorded as an `LlmCall` (purpose `goal_judge`) with planning's `planning.llm.called`
-event (model, prompt and response hashes, tokens, latency), and an `execution.goal.judged` event
-names the parameters, the verdict or the error (L9). Both are written in the caller's transaction,
-the one that ends the case.
+The model is never asked inside a transaction: `ask_judge` only calls it (the case is `verifying`
+meanwhile, its row unlocked; see `oversight.actions.execution.judging`), and `record_answer`, called
+in the transaction that ends the case or drops a late answer, records every call as an `LlmCall`
+(purpose `goal_judge`) with planning's `planning.llm.called` event (model, prompt and response
+hashes, tokens, latency), and an `execution.goal.judged` event naming the parameters, the verdict
+or the error (L9).
 """
 
 from __future__ import annotations
@@ -71,12 +73,8 @@ class GoalVerdict(BaseModel):
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Judgement:
-    """What the judge decided: `problems` keep the case from completing; `checks` held.
+    """What the judge decided: `problems` keep the case from completing; `checks` held."""
 
-    `asked` is False when no judge is configured: then there is nothing to add to the verdict.
-    """
-
-    asked: bool = True
     reached: bool
     problems: tuple[str, ...]
     checks: tuple[str, ...]
@@ -87,22 +85,39 @@ def judge_model() -> str:
     return str(getattr(settings, "CASEHUB_GOAL_JUDGE_MODEL", "") or "").strip()
 
 
-def judge_goal(case: Case, nodes: Iterable[PlanNode]) -> Judgement:
-    """Ask the judge whether the case reached its goal (nothing to add when none is configured).
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class JudgeAnswer:
+    """What asking the judge gave: its verdict or error, the calls made, and the Judgement."""
 
-    Never raises for the judge's own failures: they come back as a Judgement that is not reached,
-    its problem naming what went wrong.
+    model: str
+    parameters: Mapping[str, Any]
+    records: tuple[LlmCallRecord, ...]
+    verdict: GoalVerdict | None
+    error: str | None
+    judgement: Judgement
+
+
+def ask_judge(case: Case, nodes: Iterable[PlanNode], *, model: str = "") -> JudgeAnswer:
+    """Ask the judge whether the case reached its goal; writes nothing (see `record_answer`).
+
+    `model` defaults to the configured one. Never raises for the judge's own failures (no
+    provider, a failed call, an answer that is not the verdict): they come back as a Judgement
+    that is not reached, its problem naming what went wrong.
     """
-    model = judge_model()
-    if not model:
-        return Judgement(asked=False, reached=True, problems=(), checks=())
+    model = model or judge_model()
     label = f"the goal judge ({model})"
     try:
         chosen = llm_settings(model)
         chosen.require_configured("The goal judge")
     except (PlanningUnavailable, LlmNotConfigured) as exc:
-        _audit(case, model, {}, [], error=str(exc))
-        return _undecided(label, str(exc))
+        return JudgeAnswer(
+            model=model,
+            parameters={},
+            records=(),
+            verdict=None,
+            error=str(exc),
+            judgement=_undecided(label, str(exc)),
+        )
     messages = judge_messages(case, nodes)
     parameters = {
         "model": model,
@@ -130,7 +145,24 @@ def judge_goal(case: Case, nodes: Iterable[PlanNode]) -> Judgement:
     if result is not None and result.parsed is None:
         error = f"its answer does not fit {SCHEMA_NAME}: {result.validation_error}"
     verdict = result.parsed if result is not None else None
-    _audit(case, model, parameters, records, verdict=verdict, error=error)
+    return JudgeAnswer(
+        model=model,
+        parameters=parameters,
+        records=tuple(records),
+        verdict=verdict,
+        error=error,
+        judgement=_judgement(label, verdict, error),
+    )
+
+
+def budget_s() -> float:
+    """Return how long asking the judge may take at most: every try and the waits between them."""
+    tries = int(settings.CASEHUB_LLM_MAX_RETRIES) + 1
+    # The client waits at most about 8 s between two tries.
+    return tries * float(settings.CASEHUB_LLM_TIMEOUT_S) + 8 * (tries - 1)
+
+
+def _judgement(label: str, verdict: GoalVerdict | None, error: str | None) -> Judgement:
     if verdict is None:
         return _undecided(label, error or "no answer")
     reasons = tuple(f"{label}: {reason}" for reason in verdict.reasons)
@@ -191,19 +223,12 @@ def judge_messages(case: Case, nodes: Iterable[PlanNode]) -> list[dict[str, str]
 # The trail -------------------------------------------------------------------------------------
 
 
-def _audit(
-    case: Case,
-    model: str,
-    parameters: Mapping[str, Any],
-    records: list[LlmCallRecord],
-    *,
-    verdict: GoalVerdict | None = None,
-    error: str | None = None,
-) -> None:
+def record_answer(case: Case, answer: JudgeAnswer) -> None:
     """Record the judge's calls and its verdict in the caller's transaction (L9)."""
     from planning.actions import _record_calls
 
-    batch = [dataclasses.replace(r, schema_name=PURPOSE) for r in records]
+    verdict = answer.verdict
+    batch = [dataclasses.replace(r, schema_name=PURPOSE) for r in answer.records]
     if batch:
         _record_calls(case, batch)
     append_event(
@@ -211,8 +236,8 @@ def _audit(
         chain=case_chain(case.pk),
         data={
             "case": case.pk,
-            "model": model,
-            "parameters": dict(parameters),
+            "model": answer.model,
+            "parameters": dict(answer.parameters),
             "calls": [
                 {
                     "prompt_hash": r.prompt_hash,
@@ -225,6 +250,6 @@ def _audit(
             ],
             "reached": verdict.reached if verdict is not None else None,
             "reasons": list(verdict.reasons) if verdict is not None else [],
-            "error": error,
+            "error": answer.error,
         },
     )

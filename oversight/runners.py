@@ -19,7 +19,7 @@ from django.db import connection
 from pydantic import BaseModel, ValidationError
 
 from oversight.actions.execution import Claim, ErrorClass, LeafStopped, check_safe_point
-from oversight.goal_judge import judge_goal
+from oversight.goal_judge import judge_model
 from planning.catalogue import registered_packs
 from planning.core.catalogue import DomainPack, ToolCall, ToolSpec, TransientToolError
 from planning.core.errors import PlanInvalid, flatten_errors
@@ -51,6 +51,8 @@ class Verdict:
     passed: bool
     reasons: tuple[str, ...]
     checks: tuple[str, ...]
+    # The LLM goal judge still to ask before the case may complete ("" when none): the rules held.
+    judge: str = ""
 
 
 # Schemas -----------------------------------------------------------------------------------
@@ -297,11 +299,12 @@ def _checkpoint(claim: Claim) -> Callable[[], None]:
 
 
 def verify_goal(case: Case) -> Verdict:
-    """Decide whether a case whose leaves all ended reached its goal, with the reasons.
+    """Decide by the rules whether a case whose leaves all ended reached its goal, with the reasons.
 
     Every leaf must have succeeded, except leaves whose failure policy is `continue` (their
-    failure and what it blocked are named); then the pack's rules, when it has any; then the LLM
-    goal judge, where one is configured (`oversight.goal_judge`: one that cannot decide fails it).
+    failure and what it blocked are named); then the pack's rules, when it has any. Never calls a
+    model: when the rules hold and an LLM goal judge is configured, the verdict passes and names
+    it in `judge`, and the caller has it asked outside the transaction (`oversight.goal_judge`).
     """
     nodes = list(
         PlanNode.objects.filter(version_id=case.current_version_id, kind=PlanNode.Kind.LEAF)
@@ -328,8 +331,9 @@ def verify_goal(case: Case) -> Verdict:
         reasons.extend(problems)
         if not problems:
             checks.append(f"the {pack.name} rules hold")  # type: ignore[union-attr]
-    if not reasons:
-        judged = judge_goal(case, nodes)
-        reasons.extend(judged.problems)
-        checks.extend(judged.checks)
-    return Verdict(passed=not reasons, reasons=tuple(reasons), checks=tuple(checks))
+    return Verdict(
+        passed=not reasons,
+        reasons=tuple(reasons),
+        checks=tuple(checks),
+        judge="" if reasons else judge_model(),
+    )

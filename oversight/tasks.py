@@ -12,6 +12,7 @@ from django.db import connection
 
 from oversight import dispatch
 from oversight.actions import execution, gates, users
+from oversight.actions.execution import judging
 from oversight.anchors import write_checkpoints
 from oversight.denials import flush_denials
 
@@ -65,3 +66,14 @@ def run_leaf(self: Any, node_id: int) -> list[str]:
 def reconcile_execution() -> dict[str, list[int]]:
     """Re-send lost leaves, recover leaves of dead workers, time out and dead-letter (beat)."""
     return execution.reconcile_execution().as_data()
+
+
+@shared_task(
+    name=dispatch.JUDGE_GOAL,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+)
+def judge_goal(case_id: int) -> str:
+    """Ask the LLM goal judge about a verifying case, outside any transaction, and end the case."""
+    return judging.judge_case_goal(case_id)

@@ -26,6 +26,8 @@ class CaseStatus(models.TextChoices):
     AWAITING_APPROVAL = "awaiting_approval"
     APPROVED = "approved"
     EXECUTING = "executing"
+    # Every leaf ended and the rules hold: the LLM goal judge decides, outside any transaction.
+    VERIFYING = "verifying"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -33,7 +35,12 @@ class CaseStatus(models.TextChoices):
 
 
 # While a case is in one of these states its page keeps refreshing itself.
-LIVE_STATUSES = {CaseStatus.PLANNING, CaseStatus.APPROVED, CaseStatus.EXECUTING}
+LIVE_STATUSES = {
+    CaseStatus.PLANNING,
+    CaseStatus.APPROVED,
+    CaseStatus.EXECUTING,
+    CaseStatus.VERIFYING,
+}
 
 
 class DomainPack(models.Model):
@@ -135,6 +142,11 @@ class Case(models.Model):
         default=dict,
         blank=True,
         help_text="Goal-level verification once every leaf ended: passed, reasons.",
+    )
+    judge_lease_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="While verifying: until when the delivery asking the goal judge holds the case.",
     )
     finished_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from oversight import notify
+from oversight import dispatch, notify
 from oversight.actions.execution.common import (
     LEAF,
     OPEN_LEAF_STATUSES,
@@ -32,7 +32,10 @@ logger = logging.getLogger(__name__)
 def finish_if_done(case: Case) -> str | None:
     """End the case once none of its current leaves is open: goal-level verification decides.
 
-    Returns the new status, or None while leaves remain. Call with the case row locked.
+    Where an LLM goal judge is configured and the rules hold, the case does not end here: it is
+    `verifying` and the judge task is sent on commit (`judging`), so no model is called while
+    the case row is locked. Returns the new status, or None while leaves remain. Call with the
+    case row locked.
     """
     if case.status not in RUNNING_CASE_STATUSES or case.current_version_id is None:
         return None
@@ -46,6 +49,9 @@ def finish_if_done(case: Case) -> str | None:
     from oversight.runners import verify_goal
 
     verdict = verify_goal(case)
+    if verdict.passed and verdict.judge:
+        _await_judge(case, checks=verdict.checks, judge=verdict.judge)
+        return case.status
     _end_case(
         case,
         CaseStatus.COMPLETED if verdict.passed else CaseStatus.FAILED,
@@ -53,6 +59,30 @@ def finish_if_done(case: Case) -> str | None:
         checks=list(verdict.checks),
     )
     return case.status
+
+
+def _await_judge(case: Case, *, checks: Sequence[str], judge: str) -> None:
+    """Record that every leaf ended and the rules hold: the case waits for the goal judge."""
+    from oversight.actions.execution.judging import task_time_limit_s
+
+    before = case.status
+    case.status = CaseStatus.VERIFYING
+    case.judge_lease_until = None
+    # No "passed" yet: the rules' checks and the judge to ask, kept for the verdict.
+    case.verification = {"checks": list(checks), "judge": judge}
+    case.save(update_fields=["status", "judge_lease_until", "verification", "updated_at"])
+    append_event(
+        "planning.case.verifying",
+        chain=case_chain(case.pk),
+        data={
+            "case": case.pk,
+            "judge": judge,
+            "checks": list(checks),
+            "before": {"status": before},
+            "after": {"status": case.status},
+        },
+    )
+    dispatch.enqueue_goal_judge(case.pk, time_limit_s=task_time_limit_s())
 
 
 def _end_case(

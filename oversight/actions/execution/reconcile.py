@@ -24,6 +24,7 @@ from oversight.actions.execution.common import (
     redispatch_after_s,
 )
 from oversight.actions.execution.ending import _apply_failure, _end_attempt
+from oversight.actions.execution.judging import resend_goal_judges
 from oversight.audit import append_event, case_chain
 from oversight.models import (
     OPEN_GATE_STATUSES,
@@ -48,6 +49,8 @@ class Reconciled:
     retried: tuple[int, ...] = ()
     # Cases (by id) whose end no completion got to decide (its worker died right after it).
     finished: tuple[int, ...] = ()
+    # Verifying cases whose goal judge was sent again (a lost message or a dead delivery).
+    judges_resent: tuple[int, ...] = ()
 
     def as_data(self) -> dict[str, list[int]]:
         return {
@@ -57,6 +60,7 @@ class Reconciled:
             "timed_out": list(self.timed_out),
             "dead_lettered": list(self.dead_lettered),
             "retried": list(self.retried),
+            "judges_resent": list(self.judges_resent),
         }
 
 
@@ -175,8 +179,10 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
             if not stopped:
                 _send(node.pk)
     finished = _finish_forgotten_cases()
+    judges_resent, judges_failed = resend_goal_judges(now)
     return Reconciled(
-        finished=tuple(finished),
+        finished=tuple(finished + judges_failed),
+        judges_resent=tuple(judges_resent),
         resent=tuple(resent),
         recovered=tuple(recovered),
         timed_out=tuple(timed_out),
