@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 
 class Capability(models.Model):
@@ -510,6 +511,19 @@ class WorkItem(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
     created_at = models.DateTimeField()
     deadline = models.DateTimeField()
+    remind_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the group is reminded (half-way to the deadline)."
+    )
+    reminded_at = models.DateTimeField(null=True, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    escalation_group = models.ForeignKey(
+        "auth.Group",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="Once the item is escalated, its members may complete it too.",
+    )
     completed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -522,13 +536,24 @@ class WorkItem(models.Model):
 
     class Meta:
         ordering = ["deadline", "id"]
-        indexes = [models.Index(fields=["status", "group", "deadline"])]
+        indexes = [
+            models.Index(fields=["status", "group", "deadline"]),
+            models.Index(fields=["status", "deadline"]),
+            models.Index(fields=["status", "remind_at"]),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["node", "attempt"], name="work_item_per_attempt"),
         ]
 
     def __str__(self) -> str:
         return f"work item {self.pk} ({self.status})"
+
+    @property
+    def is_overdue(self) -> bool:
+        """Tell whether the item is still open past its deadline (an escalated one is)."""
+        if self.status != self.Status.OPEN:
+            return False
+        return self.escalated_at is not None or self.deadline <= timezone.now()
 
 
 class TrustScore(models.Model):
