@@ -308,10 +308,15 @@ CASEHUB_PLAN_VERSION_HOOKS = ["oversight.actions.gates.open_gates"]
 # A failed step whose failure policy is `replan` is re-planned by this; past the limit it escalates.
 CASEHUB_REPLAN_HOOK = "oversight.actions.replan.replan_failed_leaf"
 CASEHUB_MAX_REPLANS = env_int("CASEHUB_MAX_REPLANS", 2, minimum=0)
-# Gates are swept for reminders, escalation and hold this often (seconds).
+# Gates (reminders, escalation, hold) and work items (reminders, escalation) are swept this often
+# (seconds).
 CASEHUB_GATE_SWEEP_INTERVAL_S = env_int("CASEHUB_GATE_SWEEP_INTERVAL_S", 60, minimum=1)
 CELERY_BEAT_SCHEDULE["gate-sweep"] = {
     "task": "oversight.sweep_gates",
+    "schedule": float(CASEHUB_GATE_SWEEP_INTERVAL_S),
+}
+CELERY_BEAT_SCHEDULE["work-item-sweep"] = {
+    "task": "oversight.sweep_work_items",
     "schedule": float(CASEHUB_GATE_SWEEP_INTERVAL_S),
 }
 # Wrong signature passwords in a row before signing locks for the user (an admin unlocks it).

@@ -1,5 +1,5 @@
-"""Notifications: an in-app notice per user and an e-mail, when a gate opens, is due or escalates,
-and when a submitter's case is decided.
+"""Notifications: an in-app notice per user and an e-mail, when a gate or a work item opens, is due
+or escalates, and when a submitter's case is decided or ends.
 
 The notices are rows written in the caller's transaction; the e-mails go once it commits (a mail
 server that is down loses no notice and undoes nothing: the error is logged).
@@ -170,6 +170,43 @@ def work_item_opened(item: WorkItem) -> None:
     )
 
 
+def work_item_reminder(item: WorkItem) -> None:
+    """Remind the work item's group that it is half-way to its deadline."""
+    case = item.case
+    users = _members([item.group_id], except_user=case.submitter_id, case=case)
+    _notify(
+        users,
+        kind="work_item.reminder",
+        message=(
+            f"Reminder: step {item.node.key} of case #{case.pk} waits for you; it is due "
+            f"{item.deadline:%Y-%m-%d %H:%M} UTC."
+        ),
+        url=reverse("oversight:work-item", args=[item.pk]),
+        case=case,
+        gate=None,
+        subject=f"[CaseHub] Reminder: case #{case.pk} step due",
+    )
+
+
+def work_item_escalated(item: WorkItem) -> None:
+    """Tell the escalation group that a work item passed its deadline and is theirs to do too."""
+    case = item.case
+    group = item.escalation_group_id or item.group_id
+    users = _members([group], except_user=case.submitter_id, case=case)
+    _notify(
+        users,
+        kind="work_item.escalated",
+        message=(
+            f"Escalated: step {item.node.key} of case #{case.pk} “{case.title}” passed its "
+            "deadline undone. You may do it now; the case waits for it."
+        ),
+        url=reverse("oversight:work-item", args=[item.pk]),
+        case=case,
+        gate=None,
+        subject=f"[CaseHub] Escalated: case #{case.pk} step overdue",
+    )
+
+
 def case_finished(case: Case) -> None:
     """Tell the submitter that their case completed or failed."""
     submitter = User.objects.filter(pk=case.submitter_id, is_active=True).first()
@@ -192,5 +229,7 @@ __all__ = [
     "gate_escalated",
     "gate_reminder",
     "gates_opened",
+    "work_item_escalated",
     "work_item_opened",
+    "work_item_reminder",
 ]

@@ -12,7 +12,7 @@ from django.db import connection
 
 from oversight import dispatch
 from oversight.actions import execution, gates, users
-from oversight.actions.execution import judging
+from oversight.actions.execution import judging, work_items
 from oversight.anchors import write_checkpoints
 from oversight.denials import flush_denials
 
@@ -35,6 +35,12 @@ def write_audit_checkpoints() -> dict[str, object]:
 def sweep_gates() -> dict[str, int]:
     """Remind, escalate and hold the gates past their deadlines (never approve by time)."""
     return gates.sweep_gates()
+
+
+@shared_task(name="oversight.sweep_work_items")
+def sweep_work_items() -> dict[str, int]:
+    """Remind and escalate the open work items by their deadlines (never complete one)."""
+    return work_items.sweep_work_items()
 
 
 @shared_task(name="oversight.flush_access_denials")

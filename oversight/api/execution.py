@@ -2,7 +2,8 @@
 
 Every command goes through `oversight.actions.execution`, which checks it again and audits it.
 Who sees which work items is decided in the query (`oversight.queries.work_items_for`): the
-items of the user's groups except those of cases they submitted; any other item is a 404.
+items of the user's groups, and those escalated to them past their deadline, except those of
+cases they submitted; any other item is a 404.
 """
 
 # No `from __future__ import annotations`: ninja reads the endpoint annotations at runtime.
@@ -89,6 +90,18 @@ class WorkItemOut(Schema):
     status: WorkItem.Status
     created_at: datetime
     deadline: datetime
+    overdue: bool = Field(description="Open past its deadline.")
+    reminded_at: datetime | None = Field(
+        None, description="When the group was reminded, half-way to the deadline."
+    )
+    escalated_at: datetime | None = Field(
+        None,
+        description="When it escalated at its deadline; from then on `escalation_group` may "
+        "complete it too.",
+    )
+    escalation_group: str | None = Field(
+        None, description="The group it escalated to (the policy's escalation group), once it did."
+    )
     completed_by: str | None = None
     completed_at: datetime | None = None
     output: dict[str, Any] | None = None
@@ -137,7 +150,9 @@ def _control() -> ControlOut:
 
 
 def _items(user: User) -> QuerySet[WorkItem]:
-    return work_items_for(user).select_related("case", "node", "group", "completed_by")
+    return work_items_for(user).select_related(
+        "case", "node", "group", "escalation_group", "completed_by"
+    )
 
 
 def _item_out(item: WorkItem, upstream: dict[str, Any]) -> WorkItemOut:
@@ -156,6 +171,12 @@ def _item_out(item: WorkItem, upstream: dict[str, Any]) -> WorkItemOut:
         status=WorkItem.Status(item.status),
         created_at=item.created_at,
         deadline=item.deadline,
+        overdue=item.is_overdue,
+        reminded_at=item.reminded_at,
+        escalated_at=item.escalated_at,
+        escalation_group=item.escalation_group.name
+        if item.escalated_at and item.escalation_group
+        else None,
         completed_by=item.completed_by.get_username() if item.completed_by else None,
         completed_at=item.completed_at,
         output=item.output,
@@ -262,7 +283,8 @@ def resume(request: HttpRequest, payload: ResumeIn) -> Any:
     summary="List the human steps waiting for your groups (soonest deadline first)",
 )
 def list_work_items(request: HttpRequest, filters: Query[WorkItemFilters]) -> Any:
-    """List the work items of your groups, except those of cases you submitted, paginated."""
+    """List the work items of your groups and those escalated to them, except those of cases
+    you submitted, paginated."""
     items = _items(request_user(request))
     if filters.status is not None:
         items = items.filter(status=filters.status)

@@ -158,11 +158,12 @@ def case_cancel(request: HtmxHttpRequest, case_id: int) -> HttpResponse:
 
 @require_GET
 def work_item_list(request: HtmxHttpRequest) -> HttpResponse:
-    """List the open work items of the user's groups, soonest deadline first."""
+    """List the open work items of the user's groups (and those escalated to them), soonest
+    deadline first: the overdue ones lead."""
     items = (
         work_items_for(request.user)
         .filter(status=WorkItem.Status.OPEN)
-        .select_related("case", "node", "group")
+        .select_related("case", "node", "group", "escalation_group")
         .order_by("deadline", "id")
     )
     page = Paginator(items, WORK_ITEMS_PAGE_SIZE).get_page(request.GET.get("page"))
@@ -172,7 +173,7 @@ def work_item_list(request: HtmxHttpRequest) -> HttpResponse:
 def _item_for(request: HtmxHttpRequest, item_id: int) -> WorkItem:
     item = (
         work_items_for(request.user)
-        .select_related("case", "node", "group", "completed_by")
+        .select_related("case", "node", "group", "escalation_group", "completed_by")
         .filter(pk=item_id)
         .first()
     )

@@ -1,23 +1,24 @@
-"""Human leaves: a work item in the assignee group's inbox, completed with an output."""
+"""Human leaves: a work item in the assignee group's inbox, completed with an output, reminded
+half-way to its deadline and escalated at it."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from datetime import timedelta
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.db import transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from oversight import notify
 from oversight.actions.execution.common import Claim, Ended, StaleResult, WorkItemConflict
-from oversight.actions.execution.ending import complete_leaf
+from oversight.actions.execution.ending import _record_stale, complete_leaf
 from oversight.audit import append_event, case_chain
-from oversight.models import (
-    WorkItem,
-)
+from oversight.models import WorkItem
+from oversight.queries import work_item_groups
 from planning.models import NodeStatus, PlanNode
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ def open_work_item(claim: Claim, *, group_name: str) -> WorkItem:
                 f"attempt {claim.attempt} of {node.key} is stale", node=node, attempt=claim.attempt
             )
         now = timezone.now()
+        # The policy's gate deadline: reminded half-way, escalated to its escalation group at it.
         item, created = WorkItem.objects.get_or_create(
             node=node,
             attempt=claim.attempt,
@@ -45,6 +47,8 @@ def open_work_item(claim: Claim, *, group_name: str) -> WorkItem:
                 "group": _group(group_name),
                 "created_at": now,
                 "deadline": now + timedelta(hours=policy.gate_hours),
+                "remind_at": now + timedelta(hours=policy.gate_hours) / 2,
+                "escalation_group": _group(policy.escalation_group),
             },
         )
         # A person takes hours, not seconds: no lease to expire while the item is open.
@@ -62,16 +66,27 @@ def open_work_item(claim: Claim, *, group_name: str) -> WorkItem:
 def complete_work_item(*, item_id: int, user: User, output: Mapping[str, Any]) -> Ended:
     """Complete an open work item of the user's group with its output; the leaf succeeds.
 
-    Raises WorkItemConflict when the item is not open (or not for the user's groups), and
-    whatever output validation raises (the runner's schema check, ValueError with the field).
+    The item's group may complete it, and its escalation group too once it escalated. Raises
+    WorkItemConflict when the item is not open (or not for the user's groups), whatever output
+    validation raises (the runner's schema check, ValueError with the field), and StaleResult
+    when the leaf no longer waits for this item's attempt: the refusal is then recorded and the
+    item cancelled, in a transaction of their own (the completing one rolled back).
     """
+    try:
+        return _complete_work_item(item_id=item_id, user=user, output=output)
+    except StaleResult as exc:
+        _refuse_stale(item_id, user, exc)
+        raise
+
+
+def _complete_work_item(*, item_id: int, user: User, output: Mapping[str, Any]) -> Ended:
     from oversight.runners import check_output
 
     with transaction.atomic():
         item = (
             WorkItem.objects.select_for_update()
             .select_related("node", "node__version")
-            .filter(pk=item_id, group__in=user.groups.all())
+            .filter(work_item_groups(user.groups.all()), pk=item_id)
             .first()
         )
         if item is None:
@@ -93,3 +108,119 @@ def complete_work_item(*, item_id: int, user: User, output: Mapping[str, Any]) -
             data={"work_item": item.pk, "node": item.node.key, "output": checked},
         )
         return complete_leaf(item.node_id, item.attempt, checked, kind="human")
+
+
+def _refuse_stale(item_id: int, user: User, exc: StaleResult) -> None:
+    """Record a person's refused result and close the item no attempt waits for any more.
+
+    complete_leaf recorded the refusal already, but inside the completing transaction, which
+    the StaleResult rolled back: it is recorded again here, after that rollback.
+    """
+    with transaction.atomic():
+        _record_stale(exc)
+        cancelled = WorkItem.objects.filter(pk=item_id, status=WorkItem.Status.OPEN).update(
+            status=WorkItem.Status.CANCELLED
+        )
+        append_event(
+            "execution.work_item.refused",
+            actor=user,
+            chain=case_chain(exc.node.version.case_id),
+            data={
+                "work_item": item_id,
+                "node": exc.node.key,
+                "attempt": exc.attempt,
+                "why": f"the step no longer waits for this work item: {exc}",
+                "cancelled": bool(cancelled),
+            },
+        )
+
+
+# Deadlines -----------------------------------------------------------------------------------
+
+# Only items a running attempt still waits for are swept (a stale one is closed when tried).
+_LIVE = Q(status=WorkItem.Status.OPEN, node__status=NodeStatus.RUNNING, node__attempts=F("attempt"))
+_SWEEP_BATCH = 500
+
+
+def _item_data(item: WorkItem, now: datetime) -> dict[str, Any]:
+    return {
+        "work_item": item.pk,
+        "node": item.node.key,
+        "attempt": item.attempt,
+        "group": item.group.name,
+        "deadline": item.deadline.isoformat(),
+        "time": now.isoformat(),
+    }
+
+
+def _sweep_step(
+    query: Q,
+    changes: Callable[[WorkItem], dict[str, Any]],
+    action: str,
+    tell: Callable[[WorkItem], None],
+    now: datetime,
+) -> int:
+    """Apply one deadline step to each due work item once, even with two schedulers at once.
+
+    Rows are claimed with SKIP LOCKED and changed only if still due, so a second sweeper finds
+    nothing to do; the change, its audit event and the notices are one transaction.
+    """
+    done = 0
+    with transaction.atomic():
+        due = list(
+            WorkItem.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("case", "node", "group", "escalation_group")
+            .filter(query)
+            .order_by("deadline", "id")[:_SWEEP_BATCH]
+        )
+        for item in due:
+            update = changes(item)
+            if not WorkItem.objects.filter(Q(pk=item.pk) & query).update(**update):
+                continue
+            for name, value in update.items():
+                setattr(item, name, value)
+            data = _item_data(item, now)
+            if item.escalated_at is not None and item.escalation_group is not None:
+                data["escalation_group"] = item.escalation_group.name
+            append_event(action, chain=case_chain(item.case_id), data=data)
+            tell(item)
+            done += 1
+    return done
+
+
+def sweep_work_items(now: datetime | None = None) -> dict[str, int]:
+    """Remind and escalate the open work items by their deadlines (beat); never complete one.
+
+    - half-way to the deadline: a reminder to the item's group;
+    - at the deadline: escalation to its escalation group (the policy's, compliance supervisors
+      by default), whose members may complete it from then on; the item shows as overdue.
+    Each step happens once per item. Returns how many items took each step.
+    """
+    from oversight.actions.gates import _group, active_policy
+
+    now = now or timezone.now()
+    _, policy = active_policy()
+    # Items opened before the escalation group was stored take today's policy's.
+    today: Group | None = None
+
+    def escalation(item: WorkItem) -> dict[str, Any]:
+        nonlocal today
+        if item.escalation_group is None and today is None:
+            today = _group(policy.escalation_group)
+        return {"escalated_at": now, "escalation_group": item.escalation_group or today}
+
+    reminded = _sweep_step(
+        _LIVE & Q(reminded_at__isnull=True, remind_at__lte=now),
+        lambda item: {"reminded_at": now},
+        "execution.work_item.reminded",
+        notify.work_item_reminder,
+        now,
+    )
+    escalated = _sweep_step(
+        _LIVE & Q(escalated_at__isnull=True, deadline__lte=now),
+        escalation,
+        "execution.work_item.escalated",
+        notify.work_item_escalated,
+        now,
+    )
+    return {"reminded": reminded, "escalated": escalated}
