@@ -69,7 +69,6 @@ def test_a_new_work_item_is_due_in_the_policys_gate_hours_and_reminded_half_way(
     assert not item.is_overdue
 
 
-@pytest.mark.scenario("O6")
 def test_an_untouched_work_item_is_reminded_then_escalated_to_the_supervisors_once(
     analyst: Any, officer: Any
 ) -> None:
@@ -156,7 +155,6 @@ def test_the_supervisor_is_not_told_of_or_given_a_case_they_submitted(officer: A
     assert _complete(boss, item).status_code == 404
 
 
-@pytest.mark.scenario("O6")
 @pytest.mark.django_db(transaction=True)
 def test_two_schedulers_sweeping_at_once_remind_and_escalate_each_item_once() -> None:
     if connection.vendor != "postgresql":
@@ -264,7 +262,6 @@ def test_the_api_carries_the_deadline_reminder_and_escalation(analyst: Any, offi
 # A stale result -------------------------------------------------------------------------------
 
 
-@pytest.mark.scenario("E10")
 def test_a_stale_work_item_result_is_refused_and_the_refusal_stays_in_the_trail(
     analyst: Any, officer: Any
 ) -> None:
