@@ -40,7 +40,7 @@ from oversight.goal_judge import (
     judge_messages,
 )
 from oversight.models import AuditEvent, Gate, GateKind, GateStatus, ReasonCode
-from planning.actions import materialise_plan, submit_case
+from planning.actions import issue_api_token, materialise_plan, submit_case
 from planning.catalogue import sync_packs
 from planning.models import Case, CaseStatus, LlmCall, PlanNode
 from tests.fakes.execution_pack import SLUG
@@ -315,6 +315,12 @@ def test_the_case_page_shows_a_verifying_case_as_waiting_for_the_judge(
     listed = client.get(reverse("planning:case-list"), {"status": "verifying"}).content.decode()
     assert f'href="{reverse("planning:case-detail", args=[case.pk])}"' in listed
     assert '<option value="verifying" selected' in listed
+    api = Client(headers={"Authorization": f"Bearer {issue_api_token(analyst)}"})
+    body = api.get("/api/cases", {"status": "verifying"}).json()
+    (item,) = body["items"] if isinstance(body, dict) else body
+    assert (item["id"], item["status"]) == (case.pk, "verifying")
+    schema = api.get("/api/openapi.json").json()["components"]["schemas"]
+    assert "verifying" in schema["CaseStatus"]["enum"]
 
 
 def test_the_reconciler_sends_the_judge_again_for_a_case_stuck_verifying(
