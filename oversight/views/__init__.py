@@ -12,6 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required, permission_required
+from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.paginator import Paginator
 from django.db import connection
@@ -83,6 +84,9 @@ def home(request: HtmxHttpRequest) -> HttpResponse:
 def _error_page(
     request: HtmxHttpRequest, template: str, status: int, message: str, **extra: object
 ) -> HttpResponse:
+    if not hasattr(request, "user"):
+        # Refused before the sign-in middleware ran (a Host header not in ALLOWED_HOSTS).
+        request.user = AnonymousUser()
     context = {"message": message, "can_read_cases": rules.can_read_cases(request.user), **extra}
     if getattr(request, "htmx", False):
         # A small notice in the page's error region instead of whatever the request targeted.

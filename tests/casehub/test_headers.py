@@ -209,3 +209,13 @@ def test_htmx_swaps_a_500_notice_into_the_page_instead_of_dropping_it() -> None:
     rules = json.loads(found.group(1))["responseHandling"]
     first = next(rule for rule in rules if re.search(rule["code"], "500"))
     assert first["swap"] is True
+
+
+@override_settings(ALLOWED_HOSTS=["casehub.example"], DEBUG=False)
+@pytest.mark.parametrize("hx", [False, True])
+def test_a_host_header_not_allowed_is_a_400_page_not_a_500(hx: bool) -> None:
+    client = Client(raise_request_exception=False)
+    headers = {"HX-Request": "true"} if hx else {}
+    response = client.get("/", HTTP_HOST="attacker.example", headers=headers)
+    assert response.status_code == 400
+    assert b"Traceback" not in response.content
