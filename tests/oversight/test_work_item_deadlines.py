@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -186,6 +186,59 @@ def test_two_schedulers_sweeping_at_once_remind_and_escalate_each_item_once() ->
             assert len(_events(item, f"execution.work_item.{action}")) == 1
     assert Notification.objects.filter(kind="work_item.escalated").count() == 3  # sue, once each
     assert set(WorkItem.objects.values_list("status", flat=True)) == {"open"}
+
+
+def _wait_until_another_session_waits_for_a_lock() -> None:
+    """Poll PostgreSQL until some other session of this database waits for a lock."""
+    with connection.cursor() as cursor:
+        for _ in range(3000):
+            cursor.execute("SELECT pg_stat_clear_snapshot()")  # else one snapshot a transaction
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'"
+            )
+            if cursor.fetchone()[0]:
+                return
+            threading.Event().wait(0.01)
+    raise AssertionError("the sweep never waited for the case's chain")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sweep_never_holds_an_item_while_it_waits_for_the_cases_audit_chain() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks need PostgreSQL (CI runs it)")
+    from oversight.audit import append_event
+
+    item = waiting_work_item(personas.analyst(), personas.officer())
+    errors: list[BaseException] = []
+    results: list[dict[str, int]] = []
+    head_held = threading.Event()
+
+    def sweep() -> None:
+        try:
+            head_held.wait()
+            results.append(sweep_work_items(item.created_at + timedelta(hours=12)))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=sweep)
+    thread.start()
+    try:
+        # As a failing step that ends its case does: the case's chain head first, then its items.
+        with transaction.atomic():
+            append_event("execution.leaf.attempt_failed", chain=case_chain(item.case_id))
+            head_held.set()
+            _wait_until_another_session_waits_for_a_lock()
+            WorkItem.objects.filter(pk=item.pk).update(status=WorkItem.Status.CANCELLED)
+    finally:
+        head_held.set()
+        thread.join()
+    assert errors == []
+    assert results == [NOTHING]  # the item was cancelled by the time the sweep got to it
+    assert not _events(item, "execution.work_item.reminded")
+    assert verify_chain(case_chain(item.case_id)) == []
 
 
 def test_the_beat_sweeps_work_items_with_the_gates() -> None:

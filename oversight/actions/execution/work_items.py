@@ -162,27 +162,37 @@ def _sweep_step(
 ) -> int:
     """Apply one deadline step to each due work item once, even with two schedulers at once.
 
-    Rows are claimed with SKIP LOCKED and changed only if still due, so a second sweeper finds
-    nothing to do; the change, its audit event and the notices are one transaction.
+    Each item is a transaction of its own holding the change, its audit event and the notices.
+    The event is appended first, so the sweep waits for the case's chain head holding no other
+    lock, and only then takes the item's row, SKIP LOCKED and only if still due: it never waits
+    for a row while holding one, so a completion, a cancel or a failing step of the case (which
+    take the item and the head in either order) cannot deadlock with it. An item another sweeper
+    did, or that is held, rolls its event back and is left.
     """
     done = 0
-    with transaction.atomic():
-        due = list(
-            WorkItem.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("case", "node", "group", "escalation_group")
-            .filter(query)
-            .order_by("deadline", "id")[:_SWEEP_BATCH]
-        )
-        for item in due:
-            update = changes(item)
-            if not WorkItem.objects.filter(Q(pk=item.pk) & query).update(**update):
-                continue
-            for name, value in update.items():
-                setattr(item, name, value)
-            data = _item_data(item, now)
-            if item.escalated_at is not None and item.escalation_group is not None:
-                data["escalation_group"] = item.escalation_group.name
+    due = list(
+        WorkItem.objects.select_related("case", "node", "group", "escalation_group")
+        .filter(query)
+        .order_by("deadline", "id")[:_SWEEP_BATCH]
+    )
+    for item in due:
+        update = changes(item)
+        for name, value in update.items():
+            setattr(item, name, value)
+        data = _item_data(item, now)
+        if item.escalated_at is not None and item.escalation_group is not None:
+            data["escalation_group"] = item.escalation_group.name
+        with transaction.atomic():
             append_event(action, chain=case_chain(item.case_id), data=data)
+            still_due = (
+                WorkItem.objects.select_for_update(skip_locked=True, of=("self",))
+                .filter(Q(pk=item.pk) & query)
+                .values_list("pk", flat=True)
+            )
+            if not list(still_due):
+                transaction.set_rollback(True)
+                continue
+            WorkItem.objects.filter(pk=item.pk).update(**update)
             tell(item)
             done += 1
     return done
