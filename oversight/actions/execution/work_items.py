@@ -117,10 +117,11 @@ def _refuse_stale(item_id: int, user: User, exc: StaleResult) -> None:
     the StaleResult rolled back: it is recorded again here, after that rollback.
     """
     with transaction.atomic():
-        _record_stale(exc)
+        # The item's row before the chain head, in the order of a completion.
         cancelled = WorkItem.objects.filter(pk=item_id, status=WorkItem.Status.OPEN).update(
             status=WorkItem.Status.CANCELLED
         )
+        _record_stale(exc)
         append_event(
             "execution.work_item.refused",
             actor=user,
