@@ -121,9 +121,11 @@ class RedisServer:
 
 def _reset_connections(app: object) -> None:
     # The app caches its connection and producer pools per broker URL: drop them.
-    pool = getattr(app, "_pool", None)
-    if pool is not None:
-        pool.force_close_all()
+    # kombu keeps the pools in registries of its own too: a pool closed but left there would be
+    # handed out again (closed) once the app asks for the original broker's pool.
+    from kombu import pools
+
+    pools.reset()
     app._pool = None  # type: ignore[attr-defined]
     app.amqp._producer_pool = None  # type: ignore[attr-defined]
 
