@@ -52,10 +52,15 @@ from oversight.actions.execution.ending import (
     fail_leaf,
     on_escalation_rejected,
     on_step_approved,
+    record_stale,
     stop_at_safe_point,
 )
 from oversight.actions.execution.reconcile import Reconciled, reconcile_execution
-from oversight.actions.execution.work_items import complete_work_item, open_work_item
+from oversight.actions.execution.work_items import (
+    complete_work_item,
+    open_work_item,
+    sweep_work_items,
+)
 from oversight.actions.execution.worker import execute_leaf, inline_s
 from oversight.actions.trust import effective_trust, record_outcome
 
@@ -96,6 +101,7 @@ __all__ = [
     "open_work_item",
     "reconcile_execution",
     "record_outcome",
+    "record_stale",
     "redispatch_after_s",
     "release_ready",
     "renew_lease",
@@ -104,4 +110,5 @@ __all__ = [
     "soft_limit_s",
     "start_execution",
     "stop_at_safe_point",
+    "sweep_work_items",
 ]

@@ -79,7 +79,7 @@ def _share_locked_case(case_id: int) -> Case:
 
 
 @transaction.atomic
-def _record_stale(exc: StaleResult) -> None:
+def record_stale(exc: StaleResult) -> None:
     """Record a refused result in a transaction of its own (the refusing one rolled back)."""
     node = exc.node
     LeafAttempt.objects.filter(node=node, number=exc.attempt, outcome="running").update(
@@ -150,7 +150,7 @@ def complete_leaf(
     try:
         return _complete(node_id, attempt, output, kind=kind, keep=keep, worker=worker)
     except StaleResult as exc:
-        _record_stale(exc)
+        record_stale(exc)
         raise
 
 
@@ -273,7 +273,7 @@ def fail_leaf(node_id: int, attempt: int, *, error_class: str, error: str) -> En
             node, case = _locked_attempt(node_id, attempt)
             return _apply_failure(node, case, attempt, error_class=error_class, error=error)
     except StaleResult as exc:
-        _record_stale(exc)
+        record_stale(exc)
         raise
 
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from oversight import notify
 from oversight.actions.execution.common import Claim, Ended, StaleResult, WorkItemConflict
-from oversight.actions.execution.ending import _record_stale, complete_leaf
+from oversight.actions.execution.ending import complete_leaf, record_stale
 from oversight.audit import append_event, case_chain
 from oversight.models import WorkItem
 from oversight.queries import work_item_groups
@@ -121,7 +121,7 @@ def _refuse_stale(item_id: int, user: User, exc: StaleResult) -> None:
         cancelled = WorkItem.objects.filter(pk=item_id, status=WorkItem.Status.OPEN).update(
             status=WorkItem.Status.CANCELLED
         )
-        _record_stale(exc)
+        record_stale(exc)
         append_event(
             "execution.work_item.refused",
             actor=user,
