@@ -785,23 +785,22 @@ def bulk_approve(*, gate_ids: Iterable[int], user: User) -> list[Gate]:
 def _sweep_step(query: Q, update: dict[str, Any], action: str, now: datetime) -> list[Gate]:
     """Apply one deadline step to each due gate once, even with two schedulers at once.
 
-    Rows are claimed with SKIP LOCKED and changed only if still due, so a second sweeper finds
-    nothing to do and nothing is recorded twice.
+    Each gate is a transaction of its own: its event is appended first, so the sweep waits for
+    the case's chain head holding no other lock, and only then is the gate's row taken, SKIP
+    LOCKED and only if still due. It never waits for a row while holding one, so a decision, an
+    edit or a failing step of the case (which take the gate and the head in either order) cannot
+    deadlock with it. A gate another sweeper did, or that is held, rolls its event back.
     """
     done = []
-    with transaction.atomic():
-        due = list(
-            Gate.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("case", "version", "node", "approver_group", "escalation_group")
-            .filter(query)
-            .order_by("deadline", "id")[:500]
-        )
-        for gate in due:
-            changed = Gate.objects.filter(Q(pk=gate.pk) & query).update(**update)
-            if not changed:
-                continue
-            for name, value in update.items():
-                setattr(gate, name, value)
+    due = list(
+        Gate.objects.select_related("case", "version", "node", "approver_group", "escalation_group")
+        .filter(query)
+        .order_by("deadline", "id")[:500]
+    )
+    for gate in due:
+        for name, value in update.items():
+            setattr(gate, name, value)
+        with transaction.atomic():
             append_event(
                 action,
                 chain=case_chain(gate.case_id),
@@ -812,7 +811,16 @@ def _sweep_step(query: Q, update: dict[str, Any], action: str, now: datetime) ->
                     "time": now.isoformat(),
                 },
             )
-            done.append(gate)
+            still_due = list(
+                Gate.objects.select_for_update(skip_locked=True, of=("self",))
+                .filter(Q(pk=gate.pk) & query)
+                .values_list("pk", flat=True)
+            )
+            if not still_due:
+                transaction.set_rollback(True)
+                continue
+            Gate.objects.filter(pk=gate.pk).update(**update)
+        done.append(gate)
     return done
 
 
