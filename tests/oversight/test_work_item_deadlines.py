@@ -276,8 +276,13 @@ def test_the_list_and_form_show_the_deadline_and_an_overdue_escalated_item(
     assert item.deadline.strftime("%Y-%m-%d %H:%M") in listing
     assert 'data-empty="work-items"' in _page(sue, reverse("oversight:work-item-list"))
 
+    execution_url = reverse("oversight:case-execution", args=[item.case_id])
+    assert f'data-overdue="{item.pk}"' not in _page(officer, execution_url)
     WorkItem.objects.filter(pk=item.pk).update(deadline=timezone.now() - timedelta(minutes=1))
     sweep_work_items()
+    # The case's own execution panel says so too.
+    panel = _page(officer, execution_url)
+    assert f'<span class="error" data-overdue="{item.pk}">overdue, escalated</span>' in panel
     for user in (ben, sue):
         listing = _page(user, reverse("oversight:work-item-list"))
         assert f'<tr data-work-item="{item.pk}">' in listing
