@@ -502,3 +502,31 @@ def test_the_judge_is_asked_with_no_transaction_open_and_a_cancel_meanwhile_drop
         "why": "the case is cancelled",
     }
     assert LlmCall.objects.filter(case=case, purpose=PURPOSE).count() == 1  # still recorded (L9)
+
+
+def test_the_stop_switch_holds_the_judge_back_and_resume_lets_it_decide(
+    judged: FakeOpenAIServer,
+    settings: Any,
+    analyst: Any,
+    officer: Any,
+    admin_user: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    settings.CASEHUB_LEAF_REDISPATCH_AFTER_S = 30
+    case = run_steps(analyst, officer)
+    execution.set_stopped(stopped=True, user=admin_user, reason="incident")
+    assert tasks.judge_goal(case.pk) == "nothing to judge"
+    later = timezone.now() + timedelta(seconds=31)
+    with django_capture_on_commit_callbacks() as callbacks:
+        assert execution.reconcile_execution(now=later).judges_resent == ()
+    assert _sent_judges(callbacks) == []
+    case.refresh_from_db()
+    assert case.status == CaseStatus.VERIFYING and judged.requests == []
+    assert "execution.goal.judge_started" not in _actions(case)
+    execution.set_stopped(stopped=False, user=admin_user)
+    with django_capture_on_commit_callbacks() as callbacks:
+        assert execution.reconcile_execution(now=later).judges_resent == (case.pk,)
+    assert _sent_judges(callbacks) == [case.pk]
+    judged.enqueue(REACHED)
+    assert tasks.judge_goal(case.pk) == CaseStatus.COMPLETED
+    assert len(judged.requests) == 1

@@ -8,6 +8,7 @@ is still `verifying` (`end_judged_case`). A second delivery finds the lease held
 and does nothing; an answer that comes after a cancel is recorded and dropped, audited. The
 reconciler sends the task again for a case whose message was lost or whose delivery died
 (`resend_goal_judges`); after `CASEHUB_LEAF_MAX_DELIVERIES` lost deliveries the case fails.
+While the global stop switch is on, no delivery asks the judge and none is sent again.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from oversight.actions.execution.cases import _end_case
 from oversight.actions.execution.common import (
     LEAF,
     REDISPATCH_BATCH,
+    is_stopped,
     max_deliveries,
     redispatch_after_s,
 )
@@ -59,6 +61,10 @@ def take_goal_judge(case_id: int, *, now: datetime | None = None) -> Case | None
     now = now or timezone.now()
     case = Case.objects.select_for_update().filter(pk=case_id).first()
     if case is None or case.status != CaseStatus.VERIFYING:
+        return None
+    if is_stopped():
+        # The global stop holds the judge back like any step: nothing goes to a model. The
+        # reconciler sends it again once execution resumes.
         return None
     if case.judge_lease_until is not None and case.judge_lease_until > now:
         return None
@@ -131,6 +137,8 @@ def resend_goal_judges(now: datetime | None = None) -> tuple[list[int], list[int
     never act on one case twice. Returns the ids sent again and the ids failed.
     """
     now = now or timezone.now()
+    if is_stopped():
+        return [], []
     unclaimed_since = now - timedelta(seconds=redispatch_after_s())
     resent: list[int] = []
     failed: list[int] = []
