@@ -495,41 +495,17 @@ def test_two_schedulers_sweeping_at_once_record_each_step_once() -> None:
 def test_a_sweep_never_holds_a_gate_while_it_waits_for_the_cases_audit_chain() -> None:
     if connection.vendor != "postgresql":
         pytest.skip("row locks need PostgreSQL (CI runs it)")
-    from django.db import transaction
-
-    from oversight.audit import append_event
-    from tests.oversight.test_work_item_deadlines import (
-        _wait_until_another_session_waits_for_a_lock,
-    )
+    from tests.lock_order import sweep_while_the_chain_head_is_held
 
     case = planned_invoice_case(personas.analyst())
     gate = Gate.objects.get(case=case, kind=GateKind.PLAN)
-    errors: list[BaseException] = []
-    results: list[dict[str, int]] = []
-    head_held = threading.Event()
-
-    def sweep() -> None:
-        try:
-            head_held.wait()
-            results.append(gates.sweep_gates(gate.remind_at + timedelta(seconds=1)))
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=sweep)
-    thread.start()
-    try:
-        # As a failing step or an edit does: the case's chain head first, then its gates.
-        with transaction.atomic():
-            append_event("planning.plan.edited", chain=case_chain(case.pk))
-            head_held.set()
-            _wait_until_another_session_waits_for_a_lock()
-            Gate.objects.filter(case=case).update(status=GateStatus.VOID)
-    finally:
-        head_held.set()
-        thread.join()
-    assert errors == []
+    # As a failing step or an edit does: the case's chain head first, then its gates.
+    results = sweep_while_the_chain_head_is_held(
+        case.pk,
+        "planning.plan.edited",
+        lambda: gates.sweep_gates(gate.remind_at + timedelta(seconds=1)),
+        lambda: Gate.objects.filter(case=case).update(status=GateStatus.VOID),
+    )
     assert results == [{"reminded": 0, "escalated": 0, "held": 0}]  # void by then
     assert not AuditEvent.objects.filter(action="oversight.gate.reminded").exists()
     assert verify_chain(case_chain(case.pk)) == []

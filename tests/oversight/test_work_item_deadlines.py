@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -24,6 +24,7 @@ from oversight.models import AuditEvent, LeafAttempt, Notification, WorkItem
 from planning import actions
 from planning.models import NodeStatus, PlanNode
 from tests import personas
+from tests.lock_order import sweep_while_the_chain_head_is_held
 from tests.oversight.work_items import INVOICE_FIELDS, waiting_work_item
 
 pytestmark = pytest.mark.django_db
@@ -188,54 +189,18 @@ def test_two_schedulers_sweeping_at_once_remind_and_escalate_each_item_once() ->
     assert set(WorkItem.objects.values_list("status", flat=True)) == {"open"}
 
 
-def _wait_until_another_session_waits_for_a_lock() -> None:
-    """Poll PostgreSQL until some other session of this database waits for a lock."""
-    with connection.cursor() as cursor:
-        for _ in range(3000):
-            cursor.execute("SELECT pg_stat_clear_snapshot()")  # else one snapshot a transaction
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'"
-            )
-            if cursor.fetchone()[0]:
-                return
-            threading.Event().wait(0.01)
-    raise AssertionError("the sweep never waited for the case's chain")
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_sweep_never_holds_an_item_while_it_waits_for_the_cases_audit_chain() -> None:
     if connection.vendor != "postgresql":
         pytest.skip("row locks need PostgreSQL (CI runs it)")
-    from oversight.audit import append_event
-
     item = waiting_work_item(personas.analyst(), personas.officer())
-    errors: list[BaseException] = []
-    results: list[dict[str, int]] = []
-    head_held = threading.Event()
-
-    def sweep() -> None:
-        try:
-            head_held.wait()
-            results.append(sweep_work_items(item.created_at + timedelta(hours=12)))
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=sweep)
-    thread.start()
-    try:
-        # As a failing step that ends its case does: the case's chain head first, then its items.
-        with transaction.atomic():
-            append_event("execution.leaf.attempt_failed", chain=case_chain(item.case_id))
-            head_held.set()
-            _wait_until_another_session_waits_for_a_lock()
-            WorkItem.objects.filter(pk=item.pk).update(status=WorkItem.Status.CANCELLED)
-    finally:
-        head_held.set()
-        thread.join()
-    assert errors == []
+    # As a failing step that ends its case does: the case's chain head first, then its items.
+    results = sweep_while_the_chain_head_is_held(
+        item.case_id,
+        "execution.leaf.attempt_failed",
+        lambda: sweep_work_items(item.created_at + timedelta(hours=12)),
+        lambda: WorkItem.objects.filter(pk=item.pk).update(status=WorkItem.Status.CANCELLED),
+    )
     assert results == [NOTHING]  # the item was cancelled by the time the sweep got to it
     assert not _events(item, "execution.work_item.reminded")
     assert verify_chain(case_chain(item.case_id)) == []
