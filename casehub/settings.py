@@ -10,6 +10,7 @@ import dj_database_url
 from django.utils.csp import CSP
 
 from casehub.env import ConfigError, env_bool, env_choice, env_int, env_list, env_str
+from planning.core.llm.pricing import PriceTable, PriceTableInvalid
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("CASEHUB_VAR_DIR", str(BASE_DIR / "var")))
@@ -292,6 +293,13 @@ CASEHUB_LLM_MAX_CALLS = env_int("CASEHUB_LLM_MAX_CALLS", 60, minimum=1)
 CASEHUB_LLM_MAX_TOKENS = env_int("CASEHUB_LLM_MAX_TOKENS", 500_000, minimum=1)
 CASEHUB_PLAN_MAX_LEAVES = env_int("CASEHUB_PLAN_MAX_LEAVES", 500, minimum=1)
 CASEHUB_PLAN_MAX_FANOUT = env_int("CASEHUB_PLAN_MAX_FANOUT", 12, minimum=1)
+# Prices of LLM calls, dollars per million tokens: "model=input/output,…" ("*" for any other
+# model); estimated costs and money budgets use it (planning/core/llm/pricing.py).
+CASEHUB_LLM_PRICES = env_str("CASEHUB_LLM_PRICES")
+try:
+    CASEHUB_LLM_PRICE_TABLE = PriceTable.parse(CASEHUB_LLM_PRICES)
+except PriceTableInvalid as _exc:
+    raise ConfigError(f"CASEHUB_LLM_PRICES: {_exc}") from None
 
 LOGGING = {
     "version": 1,
