@@ -3,6 +3,7 @@
 import os
 
 from celery import Celery
+from celery.signals import worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "casehub.settings")
 
@@ -10,3 +11,11 @@ app = Celery("casehub")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 app.steps["worker"].add("oversight.worker.HeartbeatStep")
+
+
+@worker_init.connect
+def _configure_tracing(**kwargs: object) -> None:
+    # A worker exports the spans of its planning runs and leaves when OTEL_* turn tracing on.
+    from casehub.observability.tracing import configure_tracing
+
+    configure_tracing()

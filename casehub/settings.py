@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 from datetime import timedelta
 from pathlib import Path
@@ -55,6 +56,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: request counts and latencies (and server spans) cover the whole stack.
+    "casehub.observability.middleware.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Below WhiteNoise: static files keep their caching; every other answer is never stored.
@@ -415,3 +418,16 @@ CASEHUB_API_TOKEN_TTL_HOURS = env_int("CASEHUB_API_TOKEN_TTL_HOURS", 168, minimu
 CASEHUB_API_TOKEN_MAX_PER_USER = env_int("CASEHUB_API_TOKEN_MAX_PER_USER", 5, minimum=1)
 # The audit trail records every failed sign-in; axes need not log each one as a warning too.
 LOGGING["loggers"]["axes"] = {"level": "ERROR"}  # type: ignore[index]
+
+# Operations: GET /metrics (Prometheus) answers clients whose address is in these networks
+# (after CASEHUB_TRUSTED_PROXY_COUNT), and, when a token is set, only with `Authorization:
+# Bearer <token>`; anyone else gets 403. Tracing is configured by the OTEL_* variables
+# (casehub/observability/tracing.py), off unless they ask for it.
+try:
+    CASEHUB_METRICS_ALLOW = [
+        ipaddress.ip_network(network, strict=False)
+        for network in env_list("CASEHUB_METRICS_ALLOW", ["127.0.0.0/8", "::1/128"])
+    ]
+except ValueError as _exc:
+    raise ConfigError(f"CASEHUB_METRICS_ALLOW: {_exc}") from None
+CASEHUB_METRICS_TOKEN = env_str("CASEHUB_METRICS_TOKEN")

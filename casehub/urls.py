@@ -5,6 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from casehub.api import api
+from casehub.observability.views import metrics_view
 from oversight import views as oversight_views
 
 urlpatterns = [
@@ -12,6 +13,7 @@ urlpatterns = [
     path("", include("oversight.urls")),
     path("", include("planning.urls")),
     path("health", oversight_views.health, name="health"),
+    path("metrics", metrics_view, name="metrics"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

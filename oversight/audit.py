@@ -31,6 +31,7 @@ from django.utils import timezone
 from psycopg.conninfo import make_conninfo
 
 import casehub_verify
+from casehub.observability.metrics import count_on_commit
 from casehub_verify import (
     GENESIS_HASH,
     ChainProblem,
@@ -194,6 +195,8 @@ def append_events(events: Sequence[NewEvent], *, chain: str = SYSTEM_CHAIN) -> l
                 event.pk = pk
                 event._state.adding = False
                 event._state.db = connection.alias
+    # The metrics count what commits: nothing of a transaction that rolls back.
+    count_on_commit([(event.action, event.data) for event in rows])
     return rows
 
 

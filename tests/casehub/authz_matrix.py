@@ -82,6 +82,8 @@ planning:case-new                                 401  ok   ok   403  403  403  
 planning:case-detail                              401  ok   404  ok   ok   ok   404  404 hx=case-live
 planning:node-detail                              401  ok   404  ok   ok   ok   404  404 hx=node-panel
 health                                            ok   ok   ok   ok   ok   ok   ok   ok
+# /metrics is allowed by client address (loopback here) and token, not by role
+metrics                                           ok   ok   ok   ok   ok   ok   ok   ok
 login                                             ok   ok   ok   ok   ok   ok   ok   ok
 logout                                            401  ok   ok   ok   ok   ok   ok   ok
 # Execution: a case's run, cancelling it, work items, the global stop

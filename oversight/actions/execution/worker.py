@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 
+from casehub.observability.runs import leaf_run
 from oversight.actions.execution.claiming import claim_leaf, renew_lease
 from oversight.actions.execution.common import (
     Claim,
@@ -191,7 +192,11 @@ def execute_leaf(node_id: int, *, worker: str) -> list[str]:
     while claim is not None:
         keep = 1 if time.monotonic() - started < inline_s() else 0
         try:
-            ended = _run_claimed(claim, keep=keep, worker=worker)
+            with leaf_run(
+                case_id=claim.case_id, key=claim.key, attempt=claim.attempt, kind=claim.kind
+            ) as run:
+                ended = _run_claimed(claim, keep=keep, worker=worker)
+                run.outcome = "waiting" if ended is None else ended.status
         except StaleResult as exc:
             outcomes.append(f"{claim.node_id} stale: {exc}")
             break

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
@@ -153,6 +155,7 @@ def casehub_services(
         python, "-m", "gunicorn", "casehub.wsgi:application", "--bind", f"{host}:{port}",
         "--workers", str(web_workers), "--threads", str(web_threads), "--worker-class", "gthread",
         "--graceful-timeout", "10", "--no-control-socket", "--error-logfile", "-",
+        "--config", "python:casehub.observability.gunicorn",
     )  # fmt: skip
     worker = (
         *celery, "worker", "--loglevel", "INFO", "--pool", "threads",
@@ -168,6 +171,24 @@ def casehub_services(
         Service(name="Celery worker", argv=worker, restart=True),
         Service(name="Celery beat", argv=beat),
     )
+
+
+def prepare_metrics_dir() -> Path:
+    """Point the services' metrics at one fresh multiprocess directory; return it.
+
+    prometheus-client's multiprocess mode: every process (each gunicorn worker, the Celery
+    worker) writes its metrics to files under `PROMETHEUS_MULTIPROC_DIR`, and a scrape of any
+    web worker adds them up. The children inherit the variable (a directory given in the
+    environment is kept, else `metrics/` under the var directory); the files of an earlier run
+    are removed, so the counters start again at zero with the processes.
+    """
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "").strip()
+    directory = Path(given) if given else settings.VAR_DIR / "metrics"
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("*.db"):
+        stale.unlink()
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
+    return directory
 
 
 def _parse_addrport(addrport: str) -> tuple[str, int]:
@@ -214,6 +235,7 @@ class Command(BaseCommand):
             web_threads=web_threads,
             concurrency=concurrency,
         )
+        prepare_metrics_dir()
         self.stdout.write(f"CaseHub on http://{host}:{port}/ (Ctrl-C stops it).")
         self.stdout.flush()
         supervisor = Supervisor(services=services, out=sys.stdout)

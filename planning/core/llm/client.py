@@ -39,6 +39,11 @@ from typing import Any, Literal, cast
 
 import httpx2
 import openai
+
+try:  # tracing is optional: without the OpenTelemetry API no call makes a span
+    from opentelemetry import trace as _trace
+except ImportError:  # pragma: no cover - the API comes with the `otel` extra
+    _trace = None  # type: ignore[assignment]
 from pydantic import BaseModel, ValidationError
 
 from planning.core.errors import LlmPlanningError, flatten_errors
@@ -426,6 +431,7 @@ class _Completion(BaseModel):
 
     choices: list[_Choice] = []
     usage: _Usage | None = None
+    model: str | None = None
 
 
 def schema_instructions(schema_name: str, json_schema: Mapping[str, Any]) -> str:
@@ -611,11 +617,13 @@ class LlmClient:
         sent: list[dict[str, Any]] = [dict(m) for m in messages]
         started_at = time.time()
         started = time.perf_counter()
+        span = self._start_span(schema_name, bound)
         try:
             completion = self._exchange(
                 lambda form: self._body(messages, schema_name, schema, bound, form), sent
             )
         except (openai.OpenAIError, ValidationError) as exc:
+            _end_span(span, error=exc)
             latency = time.perf_counter() - started
             error = f"LLM call to model {self.model!r} failed: {_describe(exc)}"
             self._report(label, schema_name, digest, sent, "", 0, 0, latency, started_at, error)
@@ -626,6 +634,9 @@ class LlmClient:
         usage = completion.usage or _Usage()
         prompt_tokens, completion_tokens = usage.prompt_tokens or 0, usage.completion_tokens or 0
         truncated = choice is not None and choice.finish_reason == "length"
+        _end_span(
+            span, completion=completion, finish_reason=choice.finish_reason if choice else None
+        )
         parsed: T | None
         validation_error: str | None
         if truncated:
@@ -702,9 +713,11 @@ class LlmClient:
 
         started_at = time.time()
         started = time.perf_counter()
+        span = self._start_span(schema_name, bound)
         try:
             completion = self._exchange(build, sent)
         except (openai.OpenAIError, ValidationError) as exc:
+            _end_span(span, error=exc)
             latency = time.perf_counter() - started
             error = f"LLM call to model {self.model!r} failed: {_describe(exc)}"
             self._report(label, schema_name, digest, sent, "", 0, 0, latency, started_at, error)
@@ -713,6 +726,7 @@ class LlmClient:
         choice = completion.choices[0] if completion.choices else None
         text = (choice.message.content or "") if choice is not None else ""
         finish_reason = (choice.finish_reason or "") if choice is not None else ""
+        _end_span(span, completion=completion, finish_reason=finish_reason or None)
         calls = _tool_calls(choice.message.tool_calls or []) if choice is not None else ()
         usage = completion.usage or _Usage()
         prompt_tokens, completion_tokens = usage.prompt_tokens or 0, usage.completion_tokens or 0
@@ -765,6 +779,29 @@ class LlmClient:
             max_tokens=bound,
         )
 
+    def _start_span(self, schema_name: str, max_tokens: int) -> Any:
+        """Start the call's client span (GenAI semantic conventions), or None while tracing is
+        off (no tracer provider installed, or no OpenTelemetry API)."""
+        if _trace is None or isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider):
+            return None
+        url = httpx2.URL(self.settings.base_url or _OPENAI_BASE_URL)
+        # Never the prompt or the answer: they hold case data (the LlmCall rows keep them).
+        return _trace.get_tracer(__name__).start_span(
+            f"chat {self.model}",
+            kind=_trace.SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": "openai",
+                "gen_ai.system": "openai",
+                "gen_ai.request.model": self.model,
+                "gen_ai.request.max_tokens": max_tokens,
+                "gen_ai.output.type": "json",
+                "server.address": url.host,
+                "server.port": url.port or (443 if url.scheme == "https" else 80),
+                "casehub.llm.purpose": schema_name,
+            },
+        )
+
     def _post(self, body: Mapping[str, Any]) -> bytes:
         # `post` is the SDK's own request path (retries, timeout, errors) without
         # `chat.completions.create`'s parameter transform and typed result, which walk every
@@ -801,6 +838,30 @@ class LlmClient:
                 error=error,
             )
         )
+
+
+def _end_span(
+    span: Any,
+    *,
+    completion: _Completion | None = None,
+    finish_reason: str | None = None,
+    error: BaseException | None = None,
+) -> None:
+    """End a call's span with its usage and finish reason, or as failed with the error's type."""
+    if span is None:
+        return
+    if error is not None:
+        span.set_attribute("error.type", type(error).__name__)
+        span.set_status(_trace.Status(_trace.StatusCode.ERROR, type(error).__name__))
+    if completion is not None:
+        usage = completion.usage or _Usage()
+        span.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens or 0)
+        span.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens or 0)
+        if completion.model:
+            span.set_attribute("gen_ai.response.model", completion.model)
+        if finish_reason:
+            span.set_attribute("gen_ai.response.finish_reasons", [finish_reason])
+    span.end()
 
 
 def _tool_calls(raw: Sequence[_ToolCall]) -> tuple[LlmToolCall, ...]:

@@ -22,6 +22,7 @@ strategy in `planning.core.hybrid`.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -201,7 +202,9 @@ class PlanningRun:
             with self._lock:
                 outstanding += 1
             try:
-                pool.submit(work, job)
+                # in the submitter's context: a span open there (the planning run's) is the
+                # parent of the job's LLM calls
+                pool.submit(contextvars.copy_context().run, work, job)
             except RuntimeError:  # the pool is shutting down after a failure
                 settle()
 

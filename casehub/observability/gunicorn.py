@@ -1,0 +1,19 @@
+"""gunicorn settings for CaseHub (`gunicorn -c python:casehub.observability.gunicorn`).
+
+In prometheus-client's multiprocess mode each worker process writes its metrics to files under
+`PROMETHEUS_MULTIPROC_DIR`; when a worker exits, its live gauges are dropped (its counters stay,
+summed into every later scrape).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """Mark an exited worker's metrics files dead (multiprocess mode only)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)

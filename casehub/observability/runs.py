@@ -1,0 +1,66 @@
+"""Time planning runs and leaf attempts on a worker: a histogram, and a span if tracing is on."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from casehub.observability import metrics, tracing
+
+
+@dataclass(slots=True)
+class Run:
+    """What the block reports about its run: its outcome (`error` when it raises)."""
+
+    outcome: str = "unknown"
+
+
+@contextmanager
+def planning_run(case_id: int) -> Iterator[Run]:
+    """Time one planning run of a case; set `outcome` on what it yields before leaving."""
+    with _measured(
+        "casehub.planning",
+        {"casehub.case.id": case_id},
+        lambda outcome, seconds: metrics.PLANNING_DURATION.labels(outcome).observe(seconds),
+    ) as run:
+        yield run
+
+
+@contextmanager
+def leaf_run(*, case_id: int, key: str, attempt: int, kind: str) -> Iterator[Run]:
+    """Time one leaf attempt, run to its end; set `outcome` on what it yields before leaving."""
+    attributes = {
+        "casehub.case.id": case_id,
+        "casehub.leaf.key": key,
+        "casehub.leaf.attempt": attempt,
+        "casehub.leaf.kind": kind,
+    }
+    with _measured(
+        "casehub.leaf",
+        attributes,
+        lambda outcome, seconds: metrics.LEAF_DURATION.labels(kind, outcome).observe(seconds),
+    ) as run:
+        yield run
+
+
+@contextmanager
+def _measured(
+    name: str, attributes: dict[str, Any], observe: Callable[[str, float], None]
+) -> Iterator[Run]:
+    run = Run()
+    started = time.perf_counter()
+    try:
+        with tracing.span(name, attributes) as span:
+            try:
+                yield run
+            except BaseException:
+                run.outcome = "error"
+                raise
+            finally:
+                if span is not None:
+                    span.set_attribute("casehub.outcome", run.outcome)
+    finally:
+        observe(run.outcome, time.perf_counter() - started)
