@@ -16,6 +16,11 @@ app.steps["worker"].add("oversight.worker.HeartbeatStep")
 @worker_init.connect
 def _configure_tracing(**kwargs: object) -> None:
     # A worker exports the spans of its planning runs and leaves when OTEL_* turn tracing on.
+    from casehub.env import ConfigError
     from casehub.observability.tracing import configure_tracing
 
-    configure_tracing()
+    try:
+        configure_tracing()
+    except ConfigError as exc:
+        # Celery logs and ignores a handler's exception: a misconfiguration must stop the worker.
+        raise SystemExit(f"tracing: {exc}") from exc

@@ -655,3 +655,108 @@ def test_with_an_otlp_endpoint_spans_are_exported_over_http(monkeypatch: Any) ->
     assert service["service.name"] == "casehub-test"
     (span,) = resource_spans.scope_spans[0].spans
     assert span.name == "casehub.test"
+
+
+def test_the_llm_client_works_without_opentelemetry_installed(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    script = f"""
+import sys
+sys.modules["opentelemetry"] = None  # as if the package were not installed
+from planning.core.llm import client as module
+from planning.core.llm.client import LlmClient, LlmSettings
+assert module._trace is None
+settings = LlmSettings(base_url={fake_openai.base_url!r}, api_key="k", model="m", timeout_s=5,
+                       max_retries=0, max_concurrency=1)
+with LlmClient(settings) as client:
+    result = client.complete_json([{{"role": "user", "content": "x"}}], dict,
+                                  schema_name="any", json_schema={{"type": "object"}})
+print(result.parsed)
+"""
+    fake_openai.enqueue('{"fine": true}')
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, check=True, timeout=120,
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.stdout.strip() == "{'fine': True}"
+
+
+# The real thing: runcasehub's gunicorn workers and Celery worker, one scrape ------------------
+
+
+@pytest.mark.integration
+def test_runcasehub_serves_metrics_summed_over_its_processes(tmp_path: Path) -> None:
+    import re
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    var_dir = tmp_path / "var"
+    env = {
+        key: setting
+        for key, setting in os.environ.items()
+        if key not in {"DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "SECRET_KEY"}
+        and not key.startswith(("OTEL_", "PROMETHEUS_"))
+    }
+    env.update(CASEHUB_DEMO="1", CASEHUB_VAR_DIR=str(var_dir), DEBUG="0")
+    base = f"http://127.0.0.1:{port}"
+
+    def get(path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(base + path, timeout=10) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    with (tmp_path / "run.log").open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "runcasehub", f"127.0.0.1:{port}", "--web-workers", "2"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        status = 0
+        while time.monotonic() < deadline and process.poll() is None and status != 200:
+            try:
+                status = get("/health")[0]
+            except OSError:
+                time.sleep(0.5)
+        assert status == 200, (tmp_path / "run.log").read_text(errors="replace")[-3000:]
+        for _ in range(20):
+            assert get("/login/")[0] == 200
+        status, body = get("/metrics")
+        assert status == 200
+        samples = parse(body.decode())
+        login = value(
+            samples, "casehub_http_requests_total", route="login", method="GET", status="200"
+        )
+        assert login == 20
+        assert value(samples, "casehub_broker_up") == 1
+        assert ("casehub_queue_messages", frozenset({("queue", "celery")})) in samples
+        assert value(samples, "casehub_workers", state="alive") == 1
+        # Each web worker that answered wrote its own files there (which of the two answers is
+        # the kernel's choice; the sum over processes is tested deterministically above).
+        pids = {re.sub(r"\D", "", f.stem) for f in (var_dir / "metrics").glob("counter_*.db")}
+        assert pids and str(process.pid) not in pids
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def test_a_celery_worker_with_a_tracing_misconfiguration_stops_naming_it() -> None:
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "zipkin"}
+    result = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "casehub", "worker", "--pool", "threads",
+         "--without-mingle", "--without-gossip", "--loglevel", "WARNING"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "tracing: OTEL_TRACES_EXPORTER: zipkin is not one of" in result.stderr
