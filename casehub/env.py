@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -55,6 +56,27 @@ def env_int(
         raise ConfigError(f"{name} must be an integer, not {raw!r}") from None
     if minimum is not None and value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}, not {value}")
+    return value
+
+
+def env_decimal(
+    name: str, default: Decimal = Decimal(0), environ: Mapping[str, str] = os.environ
+) -> Decimal:
+    """Return the variable as a non-negative decimal number (``1.50``), or the default.
+
+    Raises ConfigError when it is not a finite number, or is negative.
+    """
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = Decimal(raw)
+    except InvalidOperation:
+        raise ConfigError(f"{name} must be a number (e.g. 5.00), not {raw!r}") from None
+    if not value.is_finite():
+        raise ConfigError(f"{name} must be a finite number, not {raw!r}")
+    if value < 0:
+        raise ConfigError(f"{name} cannot be negative, not {raw!r}")
     return value
 
 

@@ -10,7 +10,15 @@ from pathlib import Path
 import dj_database_url
 from django.utils.csp import CSP
 
-from casehub.env import ConfigError, env_bool, env_choice, env_int, env_list, env_str
+from casehub.env import (
+    ConfigError,
+    env_bool,
+    env_choice,
+    env_decimal,
+    env_int,
+    env_list,
+    env_str,
+)
 from planning.core.llm.pricing import PriceTable, PriceTableInvalid
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -303,6 +311,26 @@ try:
     CASEHUB_LLM_PRICE_TABLE = PriceTable.parse(CASEHUB_LLM_PRICES)
 except PriceTableInvalid as _exc:
     raise ConfigError(f"CASEHUB_LLM_PRICES: {_exc}") from None
+# LLM budgets (oversight/budgets.py), 0 or empty = no limit. Per case: every call of the case,
+# planning (all its runs, re-planning too), llm agents and the goal judge; the per-run ceilings
+# above still stop one planning run earlier. Per day (the day of TIME_ZONE): all cases together.
+# Checked before each call against its worst case (the request's size + its max_tokens at the
+# model's price); a call that would pass a budget is not made. A money budget refuses calls of
+# models that CASEHUB_LLM_PRICES does not price (fail closed).
+CASEHUB_LLM_CASE_MAX_CALLS = env_int("CASEHUB_LLM_CASE_MAX_CALLS", 0, minimum=0)
+CASEHUB_LLM_CASE_MAX_TOKENS = env_int("CASEHUB_LLM_CASE_MAX_TOKENS", 0, minimum=0)
+CASEHUB_LLM_CASE_MAX_COST_USD = env_decimal("CASEHUB_LLM_CASE_MAX_COST_USD")
+CASEHUB_LLM_DAY_MAX_CALLS = env_int("CASEHUB_LLM_DAY_MAX_CALLS", 0, minimum=0)
+CASEHUB_LLM_DAY_MAX_TOKENS = env_int("CASEHUB_LLM_DAY_MAX_TOKENS", 0, minimum=0)
+CASEHUB_LLM_DAY_MAX_COST_USD = env_decimal("CASEHUB_LLM_DAY_MAX_COST_USD")
+for _name in ("CASEHUB_LLM_CASE_MAX_COST_USD", "CASEHUB_LLM_DAY_MAX_COST_USD"):
+    if globals()[_name] and not CASEHUB_LLM_PRICE_TABLE.price_of(CASEHUB_LLM_MODEL):
+        raise ConfigError(
+            f"{_name} is set but CASEHUB_LLM_PRICES has no price for CASEHUB_LLM_MODEL "
+            f"{CASEHUB_LLM_MODEL!r} (nor a '*' entry): a money budget needs the model's price"
+        )
+# The class that keeps the budget ledger, by dotted path: planning may not import oversight.
+CASEHUB_LLM_BUDGET_BACKEND = "oversight.budgets.LedgerBudgets"
 
 LOGGING = {
     "version": 1,

@@ -6,8 +6,9 @@ rules, if any, hold. The model gets the case (title, goal, description, inputs) 
 (key, task, status, output) as JSON marked untrusted, each output cut to a bounded size, and
 answers a structured verdict `{reached, reasons}`.
 
-A judge that cannot decide never lets the case complete: no provider, a call that fails after the
-client's bounded retries, or an answer that does not fit the verdict makes the verdict a failure
+A judge that cannot decide never lets the case complete: no provider, an LLM budget that refuses
+the call ("not judged: " and the budget), a call that fails after the client's bounded retries, or
+an answer that does not fit the verdict makes the verdict a failure
 whose reason names it. (An escalation gate would let a person overrule it, but a case-level gate
 that completes the case on approval does not exist; `failed` with the reason is visible and
 audited, and nothing reports success that nobody checked.)
@@ -31,7 +32,9 @@ from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field
 
 from oversight.audit import append_event, case_chain
+from oversight.budgets import guard_for
 from planning.core.errors import LlmPlanningError
+from planning.core.llm.budget import LlmBudgetExhausted
 from planning.core.llm.client import (
     LlmCallRecord,
     LlmClient,
@@ -131,7 +134,8 @@ def ask_judge(case: Case, nodes: Iterable[PlanNode], *, model: str = "") -> Judg
     result: LlmResult[GoalVerdict] | None = None
     error: str | None = None
     try:
-        with LlmClient(chosen, on_call=records.append) as client:
+        guard = guard_for(case.pk, PURPOSE)
+        with LlmClient(chosen, on_call=records.append, guard=guard) as client:
             result = client.complete_json(
                 messages,
                 GoalVerdict.model_validate,
@@ -142,6 +146,8 @@ def ask_judge(case: Case, nodes: Iterable[PlanNode], *, model: str = "") -> Judg
             )
     except LlmPlanningError as exc:  # LlmCallFailed after the bounded retries, or a refusal
         error = str(exc)
+    except LlmBudgetExhausted as exc:  # the call was not made
+        error = f"not judged: {exc}"
     if result is not None and result.parsed is None:
         error = f"its answer does not fit {SCHEMA_NAME}: {result.validation_error}"
     verdict = result.parsed if result is not None else None

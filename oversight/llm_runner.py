@@ -14,6 +14,10 @@ that answer runs, the refusal is audited (`execution.llm.tool_refused`) and the 
 policy denial, because an agent reaching for a tool it was not given may be obeying injected text;
 its failure policy then decides (a person sees it when the policy escalates).
 
+Every call is checked against the case's and the day's LLM budgets first (`oversight.budgets`): a
+call a budget refuses is not made and the leaf fails as a policy denial (not retried) whose error
+names the budget; its failure policy decides, as for any denial.
+
 At most `CASEHUB_LLM_AGENT_MAX_ROUNDS` model calls per attempt (the last one offers no tool call);
 the safe point is checked before every call and before the answer is returned. The answer must
 be a JSON object, asked for and validated against the leaf's expected-output schema when it is
@@ -36,9 +40,11 @@ from pydantic import BaseModel
 
 from oversight.actions.execution import Claim, ErrorClass, check_safe_point
 from oversight.audit import append_event, case_chain
+from oversight.budgets import guard_for
 from planning.catalogue import all_tool_specs
 from planning.core.catalogue import DomainPack, ToolSpec
 from planning.core.errors import LlmPlanningError, PlanInvalid
+from planning.core.llm.budget import LlmBudgetExhausted
 from planning.core.llm.client import (
     LlmCallFailed,
     LlmCallRecord,
@@ -98,7 +104,8 @@ def run_llm_leaf(
     tools = offered_tools(agent)
     answer = _answer_format(node)
     records: list[LlmCallRecord] = []
-    with LlmClient(chosen, on_call=records.append) as client:
+    guard = guard_for(case.pk, PURPOSE)
+    with LlmClient(chosen, on_call=records.append, guard=guard) as client:
         conversation = _Conversation(claim, case, agent, client, tools, answer, records)
         return conversation.run(_messages(node, agent, case, inputs, outputs))
 
@@ -261,6 +268,9 @@ class _Conversation:
                 tool_choice=tool_choice,
                 call_id=f"{self.claim.key}-{self.claim.attempt}-{round_}",
             )
+        except LlmBudgetExhausted as exc:
+            # not retried: the budget is as exhausted a moment later; the failure policy decides
+            raise LeafError(ErrorClass.POLICY_DENIAL, f"stopped by an LLM budget: {exc}") from exc
         except LlmCallFailed as exc:
             error_class = ErrorClass.TRANSIENT if exc.transient else ErrorClass.TOOL_FAILURE
             raise LeafError(error_class, str(exc)) from exc

@@ -8,11 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.utils.module_loading import import_string
 
 from planning.catalogue import enabled_pack, planning_agents, registered_packs
 from planning.core.catalogue import DomainPack
 from planning.core.forward import ForwardDecomposition
 from planning.core.hybrid import HybridDecomposition
+from planning.core.llm.budget import BudgetBackend, CallGuard
 from planning.core.llm.cache import DecompositionCache
 from planning.core.llm.client import LlmCallRecord, LlmClient, LlmNotConfigured, LlmSettings
 from planning.core.llm.decomposition import LlmBudgets, LlmDecomposition, expected_calls
@@ -54,13 +56,33 @@ def llm_settings(model: str = "") -> LlmSettings:
 
 
 def llm_budgets() -> LlmBudgets:
-    """Return the per-case LLM budgets from the settings."""
+    """Return the ceilings of one planning run from the settings (the case's budgets are the
+    ledger's: `budget_guard`)."""
     return LlmBudgets(
         max_calls=settings.CASEHUB_LLM_MAX_CALLS,
         max_tokens=settings.CASEHUB_LLM_MAX_TOKENS,
         max_leaves=settings.CASEHUB_PLAN_MAX_LEAVES,
         max_fanout=settings.CASEHUB_PLAN_MAX_FANOUT,
     )
+
+
+def budget_backend() -> BudgetBackend | None:
+    """Return the LLM budget ledger named by CASEHUB_LLM_BUDGET_BACKEND, None when unnamed.
+
+    A dotted path, like Django's pluggable backends: the ledger lives in oversight, which
+    planning never imports.
+    """
+    path = str(getattr(settings, "CASEHUB_LLM_BUDGET_BACKEND", "") or "")
+    if not path:
+        return None
+    backend: BudgetBackend = import_string(path)()
+    return backend
+
+
+def budget_guard(case_id: int, purpose: str) -> CallGuard | None:
+    """Return the guard that checks a case's LLM calls against the budgets, None when unset."""
+    backend = budget_backend()
+    return None if backend is None else backend.guard(case_id, purpose)
 
 
 def expected_llm_calls(
@@ -129,7 +151,11 @@ def _llm(
     # the agents the model may assign are filtered by kind in the core, which also says clearly
     # what to enable when none is left
     agent = _planner_agent(pack)
-    client = LlmClient(llm_settings(agent.model if agent else ""), on_call=on_call)
+    client = LlmClient(
+        llm_settings(agent.model if agent else ""),
+        on_call=on_call,
+        guard=budget_guard(case.pk, "planning"),
+    )
     return LlmDecomposition(
         client,
         planning_agents(pack),
@@ -197,6 +223,8 @@ __all__ = [
     "LlmNotConfigured",
     "PlanRequest",
     "PlanningUnavailable",
+    "budget_backend",
+    "budget_guard",
     "build_request",
     "expected_llm_calls",
     "llm_budgets",

@@ -47,6 +47,7 @@ except ImportError:  # pragma: no cover - the API comes with the `otel` extra
 from pydantic import BaseModel, ValidationError
 
 from planning.core.errors import LlmPlanningError, flatten_errors
+from planning.core.llm.budget import CallEstimate, CallGuard, prompt_bound
 from planning.core.serialize import canonical_json
 
 __all__ = [
@@ -468,11 +469,17 @@ class LlmClient:
         settings: LlmSettings,
         *,
         on_call: Callable[[LlmCallRecord], None] | None = None,
+        guard: CallGuard | None = None,
     ) -> None:
-        """Build a client for the configured provider; raise LlmNotConfigured without one."""
+        """Build a client for the configured provider; raise LlmNotConfigured without one.
+
+        `guard`, when given, reserves every call's worst case before it is made (and may refuse
+        it with LlmBudgetExhausted), then settles it to the call's usage.
+        """
         settings.require_configured()
         self.settings = settings
         self.on_call = on_call
+        self.guard = guard
         self._lock = threading.Lock()
         self._calls = 0
         self._closed = False
@@ -590,6 +597,36 @@ class LlmClient:
             label = call_id or f"call-{self._calls}"
         return label, bound
 
+    def _reserve(self, body: Callable[[], Mapping[str, Any]], purpose: str, bound: int) -> object:
+        """Reserve the call's worst case with the guard; return its ticket (None: no guard).
+
+        Raises LlmBudgetExhausted when the guard refuses the call.
+        """
+        if self.guard is None:
+            return None
+        settings = self.settings
+        one_try = settings.timeout_s * (settings.max_retries + 1) + 8 * settings.max_retries
+        return self.guard.reserve(
+            CallEstimate(
+                model=self.model,
+                purpose=purpose,
+                prompt_tokens=prompt_bound(body()),
+                completion_tokens=bound,
+                # a refused form of structured output or token bound is asked again (up to 4)
+                expires_in_s=4 * one_try,
+            )
+        )
+
+    def _settle(self, ticket: object, prompt_tokens: int, completion_tokens: int) -> None:
+        if self.guard is not None:
+            self.guard.settle(
+                ticket, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+            )
+
+    def _release(self, ticket: object) -> None:
+        if self.guard is not None:
+            self.guard.release(ticket)
+
     def complete_json[T](
         self,
         messages: Sequence[ChatMessage],
@@ -615,6 +652,11 @@ class LlmClient:
         digest = digest or self.request_hash(messages, schema_name, schema)
         label, bound = self._begin(call_id, max_tokens)
         sent: list[dict[str, Any]] = [dict(m) for m in messages]
+        ticket = self._reserve(
+            lambda: self._body(messages, schema_name, schema, bound, self._form)[0],
+            schema_name,
+            bound,
+        )
         started_at = time.time()
         started = time.perf_counter()
         span = self._start_span(schema_name, bound)
@@ -623,16 +665,22 @@ class LlmClient:
                 lambda form: self._body(messages, schema_name, schema, bound, form), sent
             )
         except (openai.OpenAIError, ValidationError) as exc:
+            # the call was made and failed: it counts as a call that used no tokens
+            self._settle(ticket, 0, 0)
             _end_span(span, error=exc)
             latency = time.perf_counter() - started
             error = f"LLM call to model {self.model!r} failed: {_describe(exc)}"
             self._report(label, schema_name, digest, sent, "", 0, 0, latency, started_at, error)
             raise LlmCallFailed(error, transient=_is_transient(exc)) from exc
+        except BaseException:
+            self._release(ticket)
+            raise
         latency = time.perf_counter() - started
         choice = completion.choices[0] if completion.choices else None
         text = (choice.message.content or "") if choice is not None else ""
         usage = completion.usage or _Usage()
         prompt_tokens, completion_tokens = usage.prompt_tokens or 0, usage.completion_tokens or 0
+        self._settle(ticket, prompt_tokens, completion_tokens)
         truncated = choice is not None and choice.finish_reason == "length"
         _end_span(
             span, completion=completion, finish_reason=choice.finish_reason if choice else None
@@ -711,17 +759,22 @@ class LlmClient:
                 body["tool_choice"] = tool_choice
             return body, messages_sent
 
+        ticket = self._reserve(lambda: build(self._form)[0], schema_name, bound)
         started_at = time.time()
         started = time.perf_counter()
         span = self._start_span(schema_name, bound)
         try:
             completion = self._exchange(build, sent)
         except (openai.OpenAIError, ValidationError) as exc:
+            self._settle(ticket, 0, 0)
             _end_span(span, error=exc)
             latency = time.perf_counter() - started
             error = f"LLM call to model {self.model!r} failed: {_describe(exc)}"
             self._report(label, schema_name, digest, sent, "", 0, 0, latency, started_at, error)
             raise LlmCallFailed(error, transient=_is_transient(exc)) from exc
+        except BaseException:
+            self._release(ticket)
+            raise
         latency = time.perf_counter() - started
         choice = completion.choices[0] if completion.choices else None
         text = (choice.message.content or "") if choice is not None else ""
@@ -730,6 +783,7 @@ class LlmClient:
         calls = _tool_calls(choice.message.tool_calls or []) if choice is not None else ()
         usage = completion.usage or _Usage()
         prompt_tokens, completion_tokens = usage.prompt_tokens or 0, usage.completion_tokens or 0
+        self._settle(ticket, prompt_tokens, completion_tokens)
         truncated = finish_reason == "length"
         parsed: T | None = None
         validation_error: str | None = None
