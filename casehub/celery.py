@@ -1,9 +1,10 @@
 """The Celery application; tasks live in the apps' tasks.py and use shared_task."""
 
 import os
+from typing import Any
 
 from celery import Celery
-from celery.signals import worker_init
+from celery.signals import before_task_publish, task_postrun, task_prerun, worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "casehub.settings")
 
@@ -24,3 +25,34 @@ def _configure_tracing(**kwargs: object) -> None:
     except ConfigError as exc:
         # Celery logs and ignores a handler's exception: a misconfiguration must stop the worker.
         raise SystemExit(f"tracing: {exc}") from exc
+
+
+# A task continues the trace of whoever sent it (tracing on only; OTel's W3C headers).
+TRACE_HEADERS = ("traceparent", "tracestate")
+
+
+@before_task_publish.connect
+def _send_trace_context(headers: dict[str, Any] | None = None, **kwargs: object) -> None:
+    if headers is not None:
+        from casehub.observability.tracing import inject_context
+
+        inject_context(headers)
+
+
+@task_prerun.connect
+def _continue_trace(task: Any = None, **kwargs: object) -> None:
+    if task is not None:
+        from casehub.observability.tracing import attach_context
+
+        request = task.request
+        carrier = {key: getattr(request, key, None) for key in TRACE_HEADERS}
+        carried = {key: value for key, value in carrier.items() if isinstance(value, str)}
+        request.casehub_trace_token = attach_context(carried) if carried else None
+
+
+@task_postrun.connect
+def _end_trace(task: Any = None, **kwargs: object) -> None:
+    if task is not None:
+        from casehub.observability.tracing import detach_context
+
+        detach_context(getattr(task.request, "casehub_trace_token", None))

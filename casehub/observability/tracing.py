@@ -9,7 +9,9 @@ Exporters: `otlp` (OTLP over HTTP/protobuf, configured by the SDK's `OTEL_EXPORT
 resource (`OTEL_SERVICE_NAME`, default `casehub`; `OTEL_RESOURCE_ATTRIBUTES`) read theirs.
 
 While tracing is off no provider is installed: `tracer()` is None and the request middleware,
-the planning and leaf runs create no span at all.
+the planning and leaf runs create no span at all. When it is on, a Celery task message carries the
+trace context of whoever sent it (`casehub/celery.py`), so a planning run or a leaf continues the
+trace of the request or the leaf that enqueued it.
 """
 
 from __future__ import annotations
@@ -132,3 +134,31 @@ def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Spa
         return
     with current.start_as_current_span(name, attributes=dict(attributes or {})) as opened:
         yield opened
+
+
+def inject_context(carrier: dict[str, Any]) -> None:
+    """Add the current trace context (W3C `traceparent`) to a message's headers; nothing if off."""
+    if tracer() is not None:
+        from opentelemetry import propagate
+
+        propagate.inject(carrier)
+
+
+def attach_context(carrier: Mapping[str, Any]) -> object | None:
+    """Make the trace context a message carried the current one; return the token to detach.
+
+    None, and nothing attached, while tracing is off.
+    """
+    if tracer() is None:
+        return None
+    from opentelemetry import context, propagate
+
+    return context.attach(propagate.extract(carrier))
+
+
+def detach_context(token: object | None) -> None:
+    """Undo `attach_context` (nothing for None)."""
+    if token is not None:
+        from opentelemetry import context
+
+        context.detach(token)  # type: ignore[arg-type]

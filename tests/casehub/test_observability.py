@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -760,3 +761,49 @@ def test_a_celery_worker_with_a_tracing_misconfiguration_stops_naming_it() -> No
     )  # fmt: skip
     assert result.returncode != 0
     assert "tracing: OTEL_TRACES_EXPORTER: zipkin is not one of" in result.stderr
+
+
+@pytest.mark.integration
+def test_a_planning_run_on_a_real_worker_continues_the_trace_that_enqueued_it(
+    transactional_db: None, spans: Any
+) -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from tests.conftest import running_worker
+
+    receiver = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    receiver.bodies = []  # type: ignore[attr-defined]
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    worker = running_worker(
+        {
+            "OPENAI_BASE_URL": "",
+            "OPENAI_API_KEY": "",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.server_port}",
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+        }
+    )
+    try:
+        with tracing.span("test.submit") as parent:
+            assert parent is not None
+            case = submit_case(
+                submitter=personas.analyst(), title="Traced", goal="Verify invoice INV-1042",
+                domain="invoice", strategy="static", inputs={"invoice_id": "INV-1042"},
+            )  # fmt: skip
+        deadline = time.monotonic() + 60
+        planning: list[Any] = []
+        while not planning and time.monotonic() < deadline:
+            time.sleep(0.2)
+            for _, body in list(receiver.bodies):  # type: ignore[attr-defined]
+                for resource in ExportTraceServiceRequest.FromString(body).resource_spans:
+                    for scope in resource.scope_spans:
+                        planning += [s for s in scope.spans if s.name == "casehub.planning"]
+        assert planning, worker.log()[-3000:]
+    finally:
+        worker.stop()
+        receiver.shutdown()
+    (run,) = planning
+    assert run.trace_id == parent.get_span_context().trace_id.to_bytes(16, "big")
+    assert run.parent_span_id == parent.get_span_context().span_id.to_bytes(8, "big")
+    attributes = {a.key: a.value for a in run.attributes}
+    assert attributes["casehub.case.id"].int_value == case.pk
+    assert attributes["casehub.outcome"].string_value == "materialised"
