@@ -66,6 +66,13 @@ def llm_budgets() -> LlmBudgets:
     )
 
 
+def planner_model(domain: str) -> str:
+    """Return the model that plans a case of `domain`: its pack's planner agent's or the default."""
+    pack = enabled_pack(domain) if domain else None
+    agent = _planner_agent(pack)
+    return (agent.model.strip() if agent else "") or settings.CASEHUB_LLM_MODEL
+
+
 def budget_backend() -> BudgetBackend | None:
     """Return the LLM budget ledger named by CASEHUB_LLM_BUDGET_BACKEND, None when unnamed.
 
@@ -230,4 +237,5 @@ __all__ = [
     "llm_budgets",
     "llm_settings",
     "pack_choices",
+    "planner_model",
 ]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, QueryDict
 from django.shortcuts import redirect
@@ -24,11 +27,19 @@ from planning.actions import (
     submit_case,
 )
 from planning.catalogue import registered_packs
+from planning.core.llm.budget import ScopeStatus, format_usd
 from planning.display import duration, value_rows
 from planning.dot import STATUS_COLOURS, plan_dot
 from planning.forms import INPUT_PREFIX, INPUTS_OF, CaseForm, input_field_name
 from planning.models import Case, CaseStatus, PlanNode, Strategy
-from planning.planner import DEFAULT_BRANCHING, expected_llm_calls, llm_settings, pack_choices
+from planning.planner import (
+    DEFAULT_BRANCHING,
+    budget_backend,
+    expected_llm_calls,
+    llm_settings,
+    pack_choices,
+    planner_model,
+)
 from planning.queries import case_for, plan_nodes, visible_cases
 
 CASES_PER_PAGE = 25
@@ -71,6 +82,109 @@ def llm_estimate(form: CaseForm) -> str:
     if strategy == Strategy.HYBRID:
         text += ", fewer when static methods cover part of the plan"
     return text + "."
+
+
+# The prompt of a typical planning request, in tokens (system rules, goal, agents, schema): the
+# expected cost counts it plus the whole answer bound (CASEHUB_LLM_MAX_TOKENS_PER_CALL) per call.
+TYPICAL_PROMPT_TOKENS = 1_500
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetNote:
+    """One sentence of the form's estimate about cost and budgets; a warning is shown as one."""
+
+    kind: str
+    text: str
+    is_warning: bool = False
+
+
+def _expected_calls(form: CaseForm) -> int | None:
+    strategy = str(form["strategy"].value() or "")
+    if strategy in form.unavailable or not form.has_provider:
+        return None
+    try:
+        depth = int(form["max_depth"].value())
+    except (TypeError, ValueError):
+        return None
+    if not rules.MIN_DEPTH <= depth <= rules.MAX_DEPTH_LIMIT:
+        return None
+    return expected_llm_calls(strategy, depth)
+
+
+def _left_today(today: ScopeStatus) -> str:
+    parts = []
+    if (calls := today.calls_left) is not None:
+        parts.append(f"{calls:,} call{'' if calls == 1 else 's'}")
+    if (tokens := today.tokens_left) is not None:
+        parts.append(f"{tokens:,} tokens")
+    if (cost := today.cost_left_usd) is not None:
+        parts.append(format_usd(cost))
+    return ", ".join(parts)
+
+
+def llm_budget_notes(form: CaseForm) -> list[BudgetNote]:
+    """Return what the plan's LLM calls may cost, and how that compares with the budgets.
+
+    The cost is an upper estimate: every expected call at a typical prompt plus its whole answer
+    bound, at the planner model's price; what a call really costs is settled by the ledger.
+    """
+    calls = _expected_calls(form)
+    if not calls:
+        return []
+    model = planner_model(form.domain_slug)
+    answer = int(settings.CASEHUB_LLM_MAX_TOKENS_PER_CALL)
+    tokens = calls * (TYPICAL_PROMPT_TOKENS + answer)
+    cost = settings.CASEHUB_LLM_PRICE_TABLE.cost(
+        model, calls * TYPICAL_PROMPT_TOKENS, calls * answer
+    )
+    notes = []
+    if cost is None:
+        notes.append(
+            BudgetNote("cost", f"Cost unknown: the model {model} has no price configured.")
+        )
+    else:
+        notes.append(
+            BudgetNote(
+                "cost",
+                f"Up to about {format_usd(cost)} on {model} (an upper estimate: each call at a "
+                f"typical {TYPICAL_PROMPT_TOKENS:,}-token prompt and a full {answer:,}-token "
+                "answer).",
+            )
+        )
+    over = []
+    if (limit := settings.CASEHUB_LLM_CASE_MAX_CALLS) and calls > limit:
+        over.append(f"{limit:,} calls")
+    if (limit := settings.CASEHUB_LLM_CASE_MAX_TOKENS) and tokens > limit:
+        over.append(f"{limit:,} tokens")
+    money = Decimal(settings.CASEHUB_LLM_CASE_MAX_COST_USD or 0)
+    if money and (cost is None or cost > money):
+        over.append(format_usd(money))
+    if over:
+        notes.append(
+            BudgetNote(
+                "case",
+                f"This may pass the per-case budget ({', '.join(over)}): planning stops cleanly "
+                "where it is reached, with no plan. A smaller depth needs fewer calls.",
+                is_warning=True,
+            )
+        )
+    backend = budget_backend()
+    today = backend.day_status() if backend is not None else None
+    if today is not None and today.limits.is_set:
+        short = (
+            (today.calls_left is not None and today.calls_left < calls)
+            or (today.tokens_left is not None and today.tokens_left < tokens)
+            or (today.cost_left_usd is not None and (cost is None or today.cost_left_usd < cost))
+        )
+        notes.append(
+            BudgetNote(
+                "day",
+                f"Left of today's LLM budget: {_left_today(today)}."
+                + (" It may not be enough for this plan." if short else ""),
+                is_warning=short,
+            )
+        )
+    return notes
 
 
 def _packs() -> list[tuple[str, str, type[BaseModel]]]:
@@ -190,6 +304,7 @@ def case_new(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "form": form,
         "estimate": llm_estimate(form),
+        "budget_notes": llm_budget_notes(form),
         "domain_label": labels.get(form.domain_slug, form.domain_slug),
         "inputs_of": form.domain_slug,
         "source": source,

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from casehub.http import HtmxHttpRequest, render_partial
 from oversight.actions import execution
 from oversight.actions.gates import ReasonInvalid
+from oversight.budgets import LedgerBudgets, case_limits
 from oversight.models import ExecutionControl, ReasonCode, WorkItem
 from oversight.queries import upstream_outputs_of, work_items_for
 from oversight.roles import ADMIN, OFFICER, SUPERVISOR
@@ -317,7 +318,13 @@ def _control_context(
     *, errors: Mapping[str, str] | None = None, reason: str = ""
 ) -> dict[str, object]:
     control = ExecutionControl.objects.select_related("changed_by").filter(pk=1).first()
-    return {"control": control, "errors": dict(errors or {}), "reason": reason}
+    return {
+        "control": control,
+        "errors": dict(errors or {}),
+        "reason": reason,
+        "llm_today": LedgerBudgets().day_status(),
+        "llm_case_limits": case_limits(),
+    }
 
 
 @require_GET

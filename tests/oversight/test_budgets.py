@@ -554,3 +554,33 @@ def _no_leftover_budgets(settings: Any) -> Iterator[None]:
         setattr(settings, f"CASEHUB_LLM_{scope}_MAX_TOKENS", 0)
         setattr(settings, f"CASEHUB_LLM_{scope}_MAX_COST_USD", Decimal(0))
     yield
+
+
+# The admins' panel -------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_admins_see_todays_usage_against_the_budgets_on_the_execution_control_page(
+    admin_user: Any, settings: Any, django_assert_max_num_queries: Any
+) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    client = Client()
+    client.force_login(admin_user)
+    page = reverse("oversight:execution-control")
+    assert "No LLM budget is set" in client.get(page).content.decode()
+    settings.CASEHUB_LLM_DAY_MAX_CALLS = 100
+    settings.CASEHUB_LLM_CASE_MAX_COST_USD = Decimal("0.50")
+    LlmUsage.objects.create(
+        day=timezone.localdate(), calls=40, tokens=12_345, cost_nano_usd=1_500_000, unpriced_calls=3
+    )
+    with django_assert_max_num_queries(12):
+        body = client.get(page).content.decode()
+    calls_row = body.split('data-row="calls"')[1].split("</tr>")[0]
+    assert [cell for cell in calls_row.split("<td>")[1:]] == [
+        "40</td>", "0</td>", "100</td>", "60</td>", "none</td>",
+    ]  # fmt: skip
+    cost_row = body.split('data-row="cost"')[1].split("</tr>")[0]
+    assert "0.0015</td>" in cost_row and "0.50</td>" in cost_row
+    assert 'data-unpriced="3"' in body
