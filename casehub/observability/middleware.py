@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponseBase
 
 from casehub.observability import metrics, tracing
@@ -14,14 +15,17 @@ KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPT
 
 
 def route_of(request: HttpRequest) -> str:
-    """Return the request's URL name (namespaced), its route pattern, or `unmatched`.
+    """Return the request's URL name (namespaced), its route pattern, `static`, or `unmatched`.
 
     Never the raw path: the labels stay as few as the routes.
     """
     match = getattr(request, "resolver_match", None)
-    if match is None:
-        return "unmatched"
-    return match.view_name or match.route or "unnamed"
+    if match is not None:
+        return match.view_name or match.route or "unnamed"
+    # WhiteNoise answers static files before any URL is resolved.
+    if request.path.startswith("/" + settings.STATIC_URL.lstrip("/")):
+        return "static"
+    return "unmatched"
 
 
 def _method(request: HttpRequest) -> str:

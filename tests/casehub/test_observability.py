@@ -142,6 +142,7 @@ def test_requests_are_counted_by_route_name_method_and_status_never_by_path() ->
     assert client.get("/").status_code == 200
     assert client.get("/cases/999999/").status_code == 404
     assert client.get("/no/such/page/").status_code == 404
+    assert client.get("/static/casehub/no-such-file.css").status_code == 404
     after = scrape()
     requests = "casehub_http_requests_total"
     assert delta(before, after, requests, route="home", method="GET", status="200") == 1
@@ -150,6 +151,7 @@ def test_requests_are_counted_by_route_name_method_and_status_never_by_path() ->
         == 1
     )
     assert delta(before, after, requests, route="unmatched", method="GET", status="404") == 1
+    assert delta(before, after, requests, route="static", method="GET", status="404") == 1
     # The scrape before this one is counted too, under its route name.
     assert delta(before, after, requests, route="metrics", method="GET", status="200") == 1
     assert not any("999999" in str(labels) for _, labels in after)
