@@ -500,6 +500,63 @@ def test_a_reservation_waits_for_another_connections_lock_on_the_days_row(
     assert outcome == ["refused"]
 
 
+_RESERVER = """
+import os, sys
+import django
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "casehub.settings")
+django.setup()
+from oversight.budgets import guard_for
+from planning.core.llm.budget import CallEstimate, LlmBudgetExhausted
+guard = guard_for(int(sys.argv[1]), "planning")
+estimate = CallEstimate(
+    model="gpt-4o-mini", purpose="p", prompt_tokens=10, completion_tokens=10, expires_in_s=60
+)
+sys.stdin.readline()  # both processes start reserving together
+taken = 0
+for _ in range(50):
+    try:
+        guard.reserve(estimate)
+        taken += 1
+    except LlmBudgetExhausted:
+        pass
+print(taken)
+"""
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="processes share a PostgreSQL test DB"
+)
+@pytest.mark.django_db(transaction=True)
+def test_two_worker_processes_reserving_at_once_never_pass_the_limit(llm: FakeOpenAIServer) -> None:
+    case = _llm_case()
+    db = connection.settings_dict
+    url = (
+        f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST'] or '127.0.0.1'}:"
+        f"{db['PORT'] or 5432}/{db['NAME']}"
+    )
+    env = {**os.environ, "SECRET_KEY": "x", "DATABASE_URL": url, "CASEHUB_LLM_CASE_MAX_CALLS": "30"}
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RESERVER, str(case.pk)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for worker in workers:
+        assert worker.stdin is not None
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
+    outputs = [worker.communicate(timeout=120) for worker in workers]
+    assert all(worker.returncode == 0 for worker in workers), outputs
+    assert sum(int(out) for out, _ in outputs) == 30
+    assert LlmReservation.objects.filter(case=case).count() == 30
+    assert len(_refusals(case)) == 70
+
+
 # Execution -------------------------------------------------------------------------------------
 
 

@@ -6,7 +6,9 @@ the environment). Every call has an explicit timeout and a bounded number of tra
 asks for JSON-schema structured output (Chat Completions, ``strict``), re-validates the answer
 with the caller's validator and reports a :class:`LlmCallRecord` of every call, successful or
 not, to the ``on_call`` hook so the caller can audit it. The connection pool keeps a connection
-alive for every call that may be in flight at once (``max_concurrency``).
+alive for every call that may be in flight at once (``max_concurrency``). A ``guard``
+(`planning.core.llm.budget.CallGuard`) reserves each call's worst case before it is sent, and may
+refuse it with `LlmBudgetExhausted`; the call is then settled to its usage.
 
 Every request bounds its answer (``max_tokens``, or ``max_completion_tokens`` for a server that
 refuses the former and names the latter, as OpenAI's reasoning models do); an answer the server
