@@ -35,6 +35,8 @@ from tests import personas
 from tests.cases import planned_invoice_case
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.oversight.test_execution import approve, run_ready
+from tests.oversight.test_llm_runner import FINDINGS, approved_case, notes_pack  # noqa: F401 (a fixture)
+from tests.oversight.test_llm_runner import calls as llm_calls
 from tests.planning.llm_scripts import fraud_plan_responder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -809,3 +811,32 @@ def test_a_planning_run_on_a_real_worker_continues_the_trace_that_enqueued_it(
     attributes = {a.key: a.value for a in run.attributes}
     assert attributes["casehub.case.id"].int_value == case.pk
     assert attributes["casehub.outcome"].string_value == "materialised"
+
+
+@pytest.mark.django_db
+def test_an_llm_agents_model_calls_are_spans_inside_its_leaf(
+    spans: Any,
+    notes_pack: FakeOpenAIServer,  # noqa: F811 (the llm runner tests' fixture, imported above)
+    analyst: Any,
+    officer: Any,
+) -> None:
+    notes_pack.enqueue(llm_calls(("lookup_notes", {"account_id": "ACC-300"})), FINDINGS)
+    case = approved_case(analyst, officer, expected_output="Findings")
+    run_ready(case)
+    finished = spans.get_finished_spans()
+    (leaf,) = [
+        s
+        for s in finished
+        if s.name == "casehub.leaf" and s.attributes["casehub.leaf.key"] == "review"
+    ]
+    assert leaf.attributes["casehub.leaf.kind"] == "llm"
+    assert leaf.attributes["casehub.outcome"] == "succeeded"
+    model_calls = [s for s in finished if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert len(model_calls) == 2 == len(notes_pack.requests)
+    assert all(
+        c.parent is not None and c.parent.span_id == leaf.context.span_id for c in model_calls
+    )
+    assert [c.attributes["gen_ai.response.finish_reasons"] for c in model_calls] == [
+        ("tool_calls",),
+        ("stop",),
+    ]
