@@ -411,3 +411,79 @@ class ErpPaymentHold(models.Model):
 
     def __str__(self) -> str:
         return self.hold_id
+
+
+# Promoted methods ----------------------------------------------------------------------------
+
+
+class PromotedMethod(models.Model):
+    """An LLM-planned subtree, approved and executed once, made a static method of its pack.
+
+    Versioned by name within a pack: approving version n+1 retires the active version. The guard
+    and the subtree are JSON checked by pydantic (planning/promoted.py); `content_hash` binds the
+    approval to exactly what was proposed.
+    """
+
+    class Status(models.TextChoices):
+        PROPOSED = "proposed"
+        ACTIVE = "active"
+        REJECTED = "rejected"
+        RETIRED = "retired"
+
+    pack = models.SlugField(max_length=50, help_text="The domain pack's slug.")
+    task = models.CharField(max_length=200, help_text="The compound task the method decomposes.")
+    name = models.SlugField(max_length=80)
+    version = models.PositiveIntegerField()
+    description = models.TextField(blank=True)
+    guard = models.JSONField(default=list, help_text="Conditions on the planning state.")
+    subtree = models.JSONField(default=list, help_text="The children the method plans.")
+    content_hash = models.CharField(max_length=64)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PROPOSED)
+    source_case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="+")
+    source_version = models.ForeignKey(PlanVersion, on_delete=models.PROTECT, related_name="+")
+    source_node = models.ForeignKey(PlanNode, on_delete=models.PROTECT, related_name="+")
+    proposed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    proposed_at = models.DateTimeField(auto_now_add=True)
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    approved_at = models.DateTimeField(null=True, blank=True)
+    rejected_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    rejected_at = models.DateTimeField(null=True, blank=True)
+    rejection_reason = models.TextField(blank=True)
+    retired_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    retired_at = models.DateTimeField(null=True, blank=True)
+    retire_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["pack", "task", "name", "-version"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["pack", "name", "version"], name="promoted_method_version_unique"
+            ),
+            models.UniqueConstraint(
+                fields=["pack", "name"],
+                condition=Q(status="active"),
+                name="promoted_method_one_active",
+            ),
+            # Separation of duties, also in the schema: nobody approves their own proposal.
+            models.CheckConstraint(
+                condition=Q(approved_by__isnull=True) | ~Q(approved_by=models.F("proposed_by")),
+                name="promoted_method_second_person",
+            ),
+        ]
+        indexes = [models.Index(fields=["pack", "status"])]
+
+    def __str__(self) -> str:
+        return f"{self.pack}/{self.name} v{self.version}"
+
+    @property
+    def source(self) -> str:
+        """Return the provenance source of the nodes this method plans."""
+        return f"promoted:{self.name}@v{self.version}"

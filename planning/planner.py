@@ -23,6 +23,7 @@ from planning.core.strategy import Strategy as CoreStrategy
 from planning.core.tree import Goal
 from planning.models import Agent, Case, Strategy
 from planning.models import DomainPack as DomainPackRow
+from planning.promoted import MethodInvalid, library_for
 
 DEFAULT_BRANCHING = 5
 
@@ -206,7 +207,7 @@ def build_request(
         llm_settings().require_configured("LLM planning")
         strategy = _llm(case, pack, on_call, cache)
     elif case.strategy == Strategy.HYBRID:
-        static = StaticDecomposition(pack.methods if pack else MethodLibrary())
+        static = StaticDecomposition(_library(pack) if pack else MethodLibrary())
         llm = _llm(case, pack, on_call, cache) if llm_settings().is_configured else None
         strategy = HybridDecomposition(static, llm)
     else:
@@ -222,7 +223,16 @@ def build_request(
 def _methods(pack: DomainPack | None) -> MethodLibrary:
     if pack is None:
         raise PlanningUnavailable("Static and forward planning need a domain pack.")
-    return pack.methods
+    return _library(pack)
+
+
+def _library(pack: DomainPack) -> MethodLibrary:
+    # The pack's code methods, then its active promoted methods (one query): a promoted method
+    # never overrides code, and hybrid planning tries it before the LLM.
+    try:
+        return library_for(pack)
+    except MethodInvalid as exc:
+        raise PlanningUnavailable(str(exc)) from exc
 
 
 __all__ = [

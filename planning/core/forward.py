@@ -128,7 +128,8 @@ class _Search:
                 continue
             items, placed = proj.place(method.decompose(view), ref.key, scope)
             reads = context | frozenset(view.read)
-            provenance = Provenance(strategy="forward", source=method.name, depth=depth + 1)
+            source = method.source or method.name
+            provenance = Provenance(strategy="forward", source=source, depth=depth + 1)
             for children, after in self.sequence(items, placed, provenance, reads):
                 node = Compound(
                     key=ref.key,

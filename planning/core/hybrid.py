@@ -4,7 +4,8 @@ At every compound the static methods are tried first. Only `NoMethodMatched` han
 subtree to the LLM, with a hint naming the methods that were tried; any other error propagates.
 Compounds the LLM creates go through the same step, so a known task the model names is planned
 by its static method. Sibling compounds are expanded concurrently, as in the LLM strategy.
-Provenance: strategy "hybrid", source "static:<method>" or "llm:<call>".
+Provenance: strategy "hybrid", source "static:<method>", a promoted method's own source
+("promoted:<name>@v<n>"), or "llm:<call>".
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ class HybridDecomposition:
                 ) from exc
             llm_job = replace(job, hint=_fallback_hint(exc))
             return self.llm.expand(run, llm_job, state, strategy=self.strategy_name)
-        return self._from_static(run, job, f"static:{method.name}", children)
+        return self._from_static(run, job, method.source or f"static:{method.name}", children)
 
     def _from_static(
         self,

@@ -115,6 +115,9 @@ class Method:
     cost: float = 0.0
     duration_s: float = 0.0
     description: str = ""
+    # The provenance source of what the method plans when it is not the method's own code (a
+    # method promoted from an LLM-planned subtree: "promoted:<name>@v<n>"); empty: the name.
+    source: str = ""
 
 
 class MethodLibrary:
@@ -302,7 +305,8 @@ class StaticDecomposition:
         (named after its task) for the caller to expand. Raises `NoMethodMatched`.
         """
         method = self._choose(task, state)
-        provenance = Provenance(strategy=self.strategy_name, source=method.name, depth=depth)
+        source = method.source or method.name
+        provenance = Provenance(strategy=self.strategy_name, source=source, depth=depth)
         children: list[Node] = []
         for item in method.decompose(state):
             if isinstance(item, Step):
@@ -333,7 +337,7 @@ class StaticDecomposition:
             if depth + 1 > self.max_depth:
                 raise BudgetExceeded("depth", self.max_depth, depth + 1)
             method, children = self.expand_with_method(node.name, state, depth + 1)
-            provenance = replace(provenance, source=method.name)
+            provenance = replace(provenance, source=method.source or method.name)
         placed, taken = place_keys(children, node.key, taken, scope)
         filled: list[Node] = []
         for child, inner in placed:
