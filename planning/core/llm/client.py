@@ -667,12 +667,11 @@ class LlmClient:
                 lambda form: self._body(messages, schema_name, schema, bound, form), sent
             )
         except (openai.OpenAIError, ValidationError) as exc:
-            # the call was made and failed: it counts as a call that used no tokens
-            self._settle(ticket, 0, 0)
             _end_span(span, error=exc)
             latency = time.perf_counter() - started
             error = f"LLM call to model {self.model!r} failed: {_describe(exc)}"
             self._report(label, schema_name, digest, sent, "", 0, 0, latency, started_at, error)
+            self._settle(ticket, 0, 0)  # made and failed: a call that used no tokens
             raise LlmCallFailed(error, transient=_is_transient(exc)) from exc
         except BaseException:
             self._release(ticket)
@@ -682,7 +681,6 @@ class LlmClient:
         text = (choice.message.content or "") if choice is not None else ""
         usage = completion.usage or _Usage()
         prompt_tokens, completion_tokens = usage.prompt_tokens or 0, usage.completion_tokens or 0
-        self._settle(ticket, prompt_tokens, completion_tokens)
         truncated = choice is not None and choice.finish_reason == "length"
         _end_span(
             span, completion=completion, finish_reason=choice.finish_reason if choice else None
@@ -706,6 +704,8 @@ class LlmClient:
             started_at,
             validation_error,
         )
+        # counted once it is in the record: a failing ledger loses no call of the trail
+        self._settle(ticket, prompt_tokens, completion_tokens)
         return LlmResult(
             call_id=label,
             model=self.model,
@@ -768,11 +768,11 @@ class LlmClient:
         try:
             completion = self._exchange(build, sent)
         except (openai.OpenAIError, ValidationError) as exc:
-            self._settle(ticket, 0, 0)
             _end_span(span, error=exc)
             latency = time.perf_counter() - started
             error = f"LLM call to model {self.model!r} failed: {_describe(exc)}"
             self._report(label, schema_name, digest, sent, "", 0, 0, latency, started_at, error)
+            self._settle(ticket, 0, 0)  # made and failed: a call that used no tokens
             raise LlmCallFailed(error, transient=_is_transient(exc)) from exc
         except BaseException:
             self._release(ticket)
@@ -785,7 +785,6 @@ class LlmClient:
         calls = _tool_calls(choice.message.tool_calls or []) if choice is not None else ()
         usage = completion.usage or _Usage()
         prompt_tokens, completion_tokens = usage.prompt_tokens or 0, usage.completion_tokens or 0
-        self._settle(ticket, prompt_tokens, completion_tokens)
         truncated = finish_reason == "length"
         parsed: T | None = None
         validation_error: str | None = None
@@ -819,6 +818,8 @@ class LlmClient:
             started_at,
             validation_error,
         )
+        # counted once it is in the record: a failing ledger loses no call of the trail
+        self._settle(ticket, prompt_tokens, completion_tokens)
         return LlmToolsResult(
             call_id=label,
             model=self.model,
