@@ -102,7 +102,8 @@ class Ticket:
 
 def _close_if_helper_thread() -> None:
     # the planner calls from its thread pool: a helper thread's connection would stay open
-    if threading.current_thread() is not threading.main_thread():
+    # (never inside a transaction of the caller's: closing would doom it)
+    if threading.current_thread() is not threading.main_thread() and not connection.in_atomic_block:
         connection.close()
 
 
