@@ -69,3 +69,17 @@ def duration(started: datetime | None, finished: datetime | None, now: datetime)
         return f"{minutes} min {rest} s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes} min"
+
+
+def provenance_text(provenance: Any) -> str:
+    """Return where a plan node came from in words: "promoted method X v1", "LLM call 3", or
+    "method X" (hybrid's "static:X"); the raw source otherwise."""
+    source = str(provenance.get("source", "")) if isinstance(provenance, dict) else ""
+    if source.startswith("promoted:"):
+        name, _, version = source.removeprefix("promoted:").rpartition("@v")
+        return f"promoted method {name} v{version}" if name else source
+    if source.startswith("llm:"):
+        return f"LLM call {source.removeprefix('llm:')}"
+    if source.startswith("static:"):
+        return f"method {source.removeprefix('static:')}"
+    return source or "?"

@@ -41,6 +41,7 @@ from planning.planner import (
     planner_model,
 )
 from planning.queries import case_for, plan_nodes, visible_cases
+from planning.views_promotion import node_promotion, promoted_origins
 
 CASES_PER_PAGE = 25
 # Where a case can be today: every status (a status not listed here is offered as "coming").
@@ -462,6 +463,10 @@ def _case_context(request: HtmxHttpRequest, case: Case) -> dict[str, object]:
         "inputs_json": inputs_json,
         "resubmit_url": (f"{reverse('planning:case-new')}?from={case.pk}" if can_resubmit else ""),
         "result": _result(case, leaves),
+        # The promoted methods that planned this version (a query only when one did).
+        "promoted_origins": promoted_origins(
+            {str(n.provenance.get("source", "")) for n in nodes if isinstance(n.provenance, dict)}
+        ),
     }
 
 
@@ -521,7 +526,7 @@ def node_detail(request: HtmxHttpRequest, case_id: int, node_id: int) -> HttpRes
         )
     except PlanNode.DoesNotExist:
         raise Http404("No such step in this case") from None
-    context = _node_context(case, node)
+    context = {**_node_context(case, node), **node_promotion(request.user, case, node)}
     partials = {"node-panel"}
     if partial_name(request, partials):
         response = render_partial(request, "planning/case_detail.html", context, partials=partials)

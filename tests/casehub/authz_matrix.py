@@ -84,6 +84,12 @@ planning:case-list                                401  ok   ok   ok   ok   ok   
 planning:case-new                                 401  ok   ok   403  403  403  403  403 hx=planning-options
 planning:case-detail                              401  ok   404  ok   ok   ok   404  404 hx=case-live
 planning:node-detail                              401  ok   404  ok   ok   ok   404  404 hx=node-panel
+planning:node-promote                             401  403  403  ok   ok   403  ok   403
+planning:method-list                              401  403  403  ok   ok   ok   ok   403
+planning:method-detail                            401  403  403  ok   ok   ok   ok   403
+planning:method-approve                           401  403  403  ok   ok   403  ok   403
+planning:method-reject                            401  403  403  ok   ok   403  ok   403
+planning:method-retire                            401  403  403  ok   ok   403  ok   403
 health                                            ok   ok   ok   ok   ok   ok   ok   ok
 # /metrics is allowed by client address (loopback here) and token, not by role
 metrics                                           ok   ok   ok   ok   ok   ok   ok   ok

@@ -29,7 +29,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from django.conf import settings
 from django.contrib import admin
-from django.contrib.auth.models import AbstractUser, Group
+from django.contrib.auth.models import AbstractUser, Group, User
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection, transaction
 from django.db.models import Model
@@ -57,7 +57,8 @@ from oversight.models import (
 from oversight.signing import current_key
 from planning import actions
 from planning.catalogue import sync_packs
-from planning.models import ApiToken, Case, PlanNode
+from planning.models import ApiToken, Case, PlanNode, PromotedMethod
+from planning.promoted import method_hash
 from tests import personas
 from tests.casehub.authz_matrix import MATRIX, PERSONAS, Row, format_row
 from tests.cases import planned_invoice_case
@@ -105,6 +106,29 @@ def _low_risk_step_gate(case: Case, node: PlanNode) -> Gate:
         opened_at=now,
         remind_at=now + timedelta(hours=12),
         deadline=now + timedelta(hours=24),
+    )
+
+
+def _promoted_method(case: Case, node: PlanNode, proposer: AbstractUser) -> PromotedMethod:
+    """A proposed promoted method, stored as the promotion action stores one (for its pages)."""
+    body: dict[str, Any] = {
+        "pack": case.domain,
+        "task": "verify-invoice",
+        "name": "matrix-method",
+        "version": 1,
+        "description": "",
+        "guard": [{"key": "invoice_id", "op": "present", "value": None}],
+        "subtree": [
+            {"kind": "task", "key": "x", "task": "check", "description": "", "depends_on": None}
+        ],
+    }
+    return PromotedMethod.objects.create(
+        **body,
+        content_hash=method_hash(**body),
+        source_case=case,
+        source_version_id=node.version_id,
+        source_node=node,
+        proposed_by=proposer,
     )
 
 
@@ -162,6 +186,7 @@ def world(django_db_setup: None, django_db_blocker: Any) -> Iterator[World]:
             case=case, kind=GateKind.PLAN, version=version, status__in=OPEN_GATE_STATUSES
         )
         step_gate = _low_risk_step_gate(case, node)
+        method = _promoted_method(case, node, User.objects.get(username="oscar"))
         now = timezone.now()
         work_item = WorkItem.objects.create(
             case=case,
@@ -198,6 +223,7 @@ def world(django_db_setup: None, django_db_blocker: Any) -> Iterator[World]:
             "content_type_id": str(ContentType.objects.get_for_model(Gate).pk),
             "object_id": str(gate.pk),
             # The analyst's own API token (revoked by its owner, unknown to anyone else).
+            "method_id": str(method.pk),
             "token_id": str(
                 ApiToken.objects.filter(user=people["analyst"]).values_list("pk", flat=True)[0]
             ),
