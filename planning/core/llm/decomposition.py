@@ -471,8 +471,8 @@ class LlmDecomposition:
                         f"the LLM's answer for {where} was cut off{again} at the limit of "
                         f"{result.max_tokens} tokens, before its JSON was complete. The model "
                         "writes too much for one call: an admin can raise "
-                        "CASEHUB_LLM_MAX_TOKENS_PER_CALL (or CASEHUB_LLM_MAX_TOKENS, the case's "
-                        "budget) or lower CASEHUB_PLAN_MAX_FANOUT."
+                        "CASEHUB_LLM_MAX_TOKENS_PER_CALL (or CASEHUB_LLM_MAX_TOKENS, the planning "
+                        "run's ceiling) or lower CASEHUB_PLAN_MAX_FANOUT."
                     )
             else:
                 attempts.append(_Attempt(number, result.text, error))
