@@ -15,6 +15,7 @@ from oversight.quality import can_view_quality
 from oversight.queries import inbox_for, unread_notifications, work_items_for
 from oversight.roles import ROLES
 from planning import rules
+from planning.promotion import can_view_methods
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,8 @@ def _items(request: HttpRequest, counts: dict[str, int]) -> list[NavItem]:
         items.append(NavItem("Audit trail", reverse("oversight:audit-list"), "audit"))
     if can_view_quality(user):
         items.append(NavItem("Quality", reverse("oversight:quality"), "quality"))
+    if can_view_methods(user):
+        items.append(NavItem("Methods", reverse("planning:method-list"), "methods"))
     if user.is_staff and user.has_perm(rules.CONFIGURE):
         items.append(NavItem("Administration", reverse("admin:index"), "admin"))
     if user.has_perm(rules.CONFIGURE):

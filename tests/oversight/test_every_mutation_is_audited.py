@@ -51,7 +51,8 @@ from oversight.models import (
 )
 from planning import actions
 from planning.catalogue import sync_packs
-from planning.models import Agent, Case, DomainPack, PlanNode, Tool
+from planning.models import Agent, Case, DomainPack, PlanNode, PromotedMethod, Tool
+from planning.promotion import approve_method, propose_method
 from tests import personas
 from tests.cases import planned_invoice_case
 from tests.oversight.work_items import INVOICE_FIELDS, approve_plan, waiting_work_item
@@ -523,6 +524,51 @@ def _api_decision(user: User | None) -> Req:
     return Req(f"/api/gates/{gate.pk}/decision", {"decision": "approve"}, json=True)
 
 
+def _promotable_case() -> tuple[Case, PlanNode]:
+    """A completed incident case whose LLM-planned steps all succeeded: its root is promotable."""
+    case = make_case(
+        _user(personas.analyst, "submitter"),
+        domain="incident",
+        strategy="hybrid",
+        status="completed",
+        inputs={"kind": "certificate-expiry", "service": "web"},
+    )
+    version = make_plan(case, leaves=2, status="succeeded")
+    PlanNode.objects.filter(version=version).update(
+        provenance={"strategy": "hybrid", "source": "llm:1", "depth": 1},
+        agent="incident-commander",
+        tool="",
+    )
+    return case, PlanNode.objects.get(version=version, parent=None)
+
+
+def _promote_form(user: User | None) -> Req:
+    case, root = _promotable_case()
+    data = {"name": "certificate-expiry", "op-kind": "equals"}
+    return Req(reverse("planning:node-promote", args=[case.pk, root.pk]), data)
+
+
+def _proposed_method() -> PromotedMethod:
+    case, root = _promotable_case()
+    return propose_method(
+        user=_user(personas.second_officer, "oscar"),
+        case_id=case.pk,
+        node_id=root.pk,
+        name="certificate-expiry",
+        guard=[{"key": "kind", "op": "equals", "value": "certificate-expiry"}],
+    )
+
+
+def _method_step(step: str) -> Callable[[User | None], Req]:
+    def prepare(user: User | None) -> Req:
+        method = _proposed_method()
+        if step == "retire":
+            approve_method(user=_user(personas.officer, "olga"), method_id=method.pk)
+        return Req(reverse(f"planning:method-{step}", args=[method.pk]), {"reason": "why"})
+
+    return prepare
+
+
 AUDITED: dict[str, Audited] = {
     # Sign-in and sign-out: written by the auth signals (oversight.signals).
     "login": Audited(None, _login("/login/", personas.analyst), "auth.login.succeeded"),
@@ -557,6 +603,15 @@ AUDITED: dict[str, Audited] = {
         "oversight.audit.exported",
     ),
     "planning:case-new": Audited("analyst", _case_form, "planning.case.submitted"),
+    # Promoted methods (planning.promotion).
+    "planning:node-promote": Audited("officer", _promote_form, "planning.method.proposed"),
+    "planning:method-approve": Audited(
+        "officer", _method_step("approve"), "planning.method.approved"
+    ),
+    "planning:method-reject": Audited(
+        "officer", _method_step("reject"), "planning.method.rejected"
+    ),
+    "planning:method-retire": Audited("officer", _method_step("retire"), "planning.method.retired"),
     # Execution.
     "oversight:case-cancel": Audited("officer", _cancel_form, "planning.case.cancelled"),
     "oversight:work-item-complete": Audited(
