@@ -363,7 +363,14 @@ def approve_method(*, user: Someone, method_id: int) -> PromotedMethod:
     method.status = PromotedMethod.Status.ACTIVE
     method.approved_by = approver
     method.approved_at = now
-    method.save(update_fields=["status", "approved_by", "approved_at"])
+    try:
+        with transaction.atomic():
+            method.save(update_fields=["status", "approved_by", "approved_at"])
+    except IntegrityError:
+        # Another version of the name was approved at the same moment (one active per name).
+        raise PromotionConflict(
+            f"Another version of {method.name} was approved meanwhile: reload and try again."
+        ) from None
     append_event("planning.method.approved", actor=approver, chain=chain, data=_data(method))
     return method
 

@@ -282,3 +282,52 @@ def test_a_second_version_supersedes_the_first_and_a_rejection_needs_a_reason(
         approve_method(user=second_officer, method_id=third.pk)
     third.refresh_from_db()
     assert third.status == "rejected" and third.rejection_reason == "no need"
+
+
+def test_static_planning_uses_an_active_promoted_method_and_fails_without_one(
+    fake_openai: FakeOpenAIServer, analyst: Any, officer: Any, second_officer: Any
+) -> None:
+    fake_openai.responder = model
+    source = _executed(fake_openai, analyst, officer)
+
+    def static_case() -> Any:
+        case = submit_case(
+            submitter=analyst,
+            title="Static",
+            goal="Respond",
+            domain="incident",
+            strategy="static",
+            inputs={"kind": UNKNOWN_KIND, "service": "web"},
+        )
+        materialise_plan(case.pk)
+        case.refresh_from_db()
+        return case
+
+    before = static_case()
+    assert before.status == CaseStatus.PLAN_FAILED
+    method = _active(source, officer, second_officer)
+    after = static_case()
+    assert after.status == CaseStatus.AWAITING_APPROVAL
+    assert _root(after).provenance["source"] == method.source
+
+
+def test_the_active_promoted_methods_of_a_pack_load_in_one_query(
+    fake_openai: FakeOpenAIServer,
+    analyst: Any,
+    officer: Any,
+    second_officer: Any,
+    django_assert_num_queries: Any,
+) -> None:
+    from planning.catalogue import registered_packs
+    from planning.promoted import library_for
+
+    fake_openai.responder = model
+    source = _executed(fake_openai, analyst, officer)
+    for n in range(3):
+        guard = [{"key": "kind", "op": "one-of", "value": [UNKNOWN_KIND, f"other-{n}"]}]
+        _active(source, officer, second_officer, name=f"method-{n}", guard=guard)
+    with django_assert_num_queries(1):
+        library = library_for(registered_packs()["incident"])
+    names = [m.name for m in library.methods_for("respond-to-incident")]
+    assert names[:2] == ["database-outage-response", "security-breach-response"]
+    assert names[2:] == [f"promoted:method-{n}@v1" for n in range(3)]
