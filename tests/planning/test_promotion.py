@@ -284,8 +284,9 @@ def test_a_second_version_supersedes_the_first_and_a_rejection_needs_a_reason(
     assert third.status == "rejected" and third.rejection_reason == "no need"
 
 
+@pytest.mark.parametrize("strategy", ["static", "forward"])
 def test_static_planning_uses_an_active_promoted_method_and_fails_without_one(
-    fake_openai: FakeOpenAIServer, analyst: Any, officer: Any, second_officer: Any
+    fake_openai: FakeOpenAIServer, analyst: Any, officer: Any, second_officer: Any, strategy: str
 ) -> None:
     fake_openai.responder = model
     source = _executed(fake_openai, analyst, officer)
@@ -296,7 +297,7 @@ def test_static_planning_uses_an_active_promoted_method_and_fails_without_one(
             title="Static",
             goal="Respond",
             domain="incident",
-            strategy="static",
+            strategy=strategy,
             inputs={"kind": UNKNOWN_KIND, "service": "web"},
         )
         materialise_plan(case.pk)
