@@ -10,6 +10,7 @@
     return values.map(function (v) { return v === null ? null : Math.round(v * 1000) / 10; });
   }
 
+  // A line's points stay visible above the bars (lower `order` is drawn on top).
   function dataset(label, values, index, extra) {
     var set = {
       label: label,
@@ -51,12 +52,12 @@
       data: {
         labels: s.labels,
         datasets: [
-          dataset("cases", s.cases, 0, { yAxisID: "y" }),
+          dataset("cases", s.cases, 0, { yAxisID: "y", order: 2 }),
           dataset("goal verification passed (%)", percent(s.verified), 1,
-                  { type: "line", yAxisID: "rate" }),
-          dataset("gate edit rate (%)", percent(s.edit_rate), 3, { type: "line", yAxisID: "rate" }),
+                  { type: "line", yAxisID: "rate", order: 1 }),
+          dataset("gate edit rate (%)", percent(s.edit_rate), 3, { type: "line", yAxisID: "rate", order: 1 }),
           dataset("gate reject rate (%)", percent(s.reject_rate), 2,
-                  { type: "line", yAxisID: "rate" }),
+                  { type: "line", yAxisID: "rate", order: 1 }),
         ],
       },
       options: { scales: { y: { beginAtZero: true, ticks: { precision: 0 },
@@ -69,8 +70,8 @@
       data: {
         labels: s.labels,
         datasets: [
-          dataset("tokens", s.tokens, 0, { yAxisID: "y" }),
-          dataset("estimated cost (USD)", s.cost, 3, { type: "line", yAxisID: "usd" }),
+          dataset("tokens", s.tokens, 0, { yAxisID: "y", order: 2 }),
+          dataset("estimated cost (USD)", s.cost, 3, { type: "line", yAxisID: "usd", order: 1 }),
         ],
       },
       options: { scales: { y: { beginAtZero: true, title: { display: true, text: "tokens" } },
