@@ -288,6 +288,10 @@ def test_officers_read_the_page_with_its_plots_tables_and_csv_links(dataset, off
     for table in quality.TABLES:
         assert f'data-csv="{table}"' in html
     assert "Verify INV-1042" in html and "price unknown" in html
+    csv_link = reverse("oversight:quality-csv") + "?table=cases&amp;period=30d"
+    assert f'href="{csv_link}"' in html
+    filtered = _client(officer).get(reverse("oversight:quality"), {"pack": "invoice"})
+    assert "?table=gates&amp;period=30d&amp;pack=invoice" in filtered.content.decode()
     assert reverse("oversight:case-quality", args=[done.pk]) in html
     assert response.context["data"]["ratio"]["values"] == [pytest.approx(110 / 70)]
     assert b'data-nav="quality"' in response.content
