@@ -223,7 +223,12 @@ def test_filters_select_by_period_pack_and_strategy(dataset):
     assert [r.case_id for r in _report(period="30d").cases] == [done.pk]
     assert {r.case_id for r in _report(period="90d").cases} == {done.pk, reviewed.pk}
     assert len(_report(period="90d").series) == len({p.start for p in _report(period="90d").series})
-    assert _report(period="90d").filter.bucket == "week"
+    weekly = _report(period="90d")
+    assert weekly.filter.bucket == "week"
+    assert all(p.start.weekday() == 0 for p in weekly.series)
+    # The gates land in the week the database truncates their opening to, the same as Python's.
+    assert sum(p.gates_decided for p in weekly.series) == 5
+    assert sum(p.cases for p in weekly.series) == 2
     assert [r.case_id for r in _report(pack="invoice").cases] == [done.pk]
     assert _report(pack="none").cases == []
     assert _report(strategy="llm").cases == [] and _report(strategy="llm").gates == []
