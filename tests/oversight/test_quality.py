@@ -311,6 +311,14 @@ def test_the_case_page_shows_one_cases_figures(dataset, officer):
     assert _client(officer).get(reverse("oversight:case-quality", args=[999999])).status_code == 404
 
 
+def test_the_case_page_links_its_quality_figures_for_those_who_may_read_them(analyst, officer):
+    case = planned_invoice_case(analyst)
+    link = reverse("oversight:case-quality", args=[case.pk]).encode()
+    page = reverse("planning:case-detail", args=[case.pk])
+    assert link in _client(officer).get(page).content
+    assert link not in _client(analyst).get(page).content
+
+
 def test_the_csv_export_is_an_attachment_with_every_case_and_safe_cells(analyst, officer, priced):
     case = planned_invoice_case(analyst, goal="Verify invoice INV-1042 again")
     Case.objects.filter(pk=case.pk).update(title='=HYPERLINK("http://x")')
