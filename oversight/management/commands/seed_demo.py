@@ -19,6 +19,8 @@ from planning.catalogue import load_demo_erp, sync_packs
 
 DEMO_USERS: tuple[tuple[str, str, str], ...] = (
     ("analyst", roles.ANALYST, "Ana Lyst"),
+    # A second analyst does the work items of the first one's cases (never the submitter).
+    ("analyst2", roles.ANALYST, "Andy Second-Analyst"),
     ("officer", roles.OFFICER, "Olivia Officer"),
     ("officer2", roles.OFFICER, "Oscar Second-Officer"),
     ("supervisor", roles.SUPERVISOR, "Sam Supervisor"),
