@@ -50,6 +50,7 @@ from planning.core.static import MethodLibrary, StaticDecomposition
 from planning.core.tree import Compound, Goal, Leaf, Node, StrategyName
 from planning.core.validation import validate_plan
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion, Strategy
+from planning.promoted import PROMOTED_PREFIX, MethodInvalid, library_for
 from planning.versions import load_plan, store_version, with_tool_risks
 
 LEAF = PlanNode.Kind.LEAF
@@ -137,7 +138,7 @@ def _static_subtree(
     strategy: StrategyName,
 ) -> tuple[str, Compound]:
     """Decompose `subtree`'s task again with the pack's methods minus `excluded`."""
-    methods = [m for m in pack.methods if not (m.task == subtree.name and m.name in excluded)]
+    methods = [m for m in library_for(pack) if not (m.task == subtree.name and m.name in excluded)]
     static = StaticDecomposition(MethodLibrary(methods))
     placeholder = Compound(
         key=subtree.key,
@@ -152,7 +153,7 @@ def _static_subtree(
     filled = _with_strategy(filled, strategy)
     assert isinstance(filled, Compound)
     source = filled.provenance.source
-    if strategy == "hybrid":
+    if strategy == "hybrid" and not source.startswith(PROMOTED_PREFIX):
         filled = dataclasses.replace(
             filled,
             provenance=dataclasses.replace(filled.provenance, source=f"static:{source}"),
@@ -172,7 +173,7 @@ def _forward_subtree(
     Forward planning derives dependencies from the projected state, so the subtree is cut from a
     whole new forward plan: its steps wait for what they read, as in the first plan.
     """
-    methods = [m for m in pack.methods if not (m.task == subtree.name and m.name in excluded)]
+    methods = [m for m in library_for(pack) if not (m.task == subtree.name and m.name in excluded)]
     forward = ForwardDecomposition(MethodLibrary(methods))
     plan = forward.plan(Goal(name=root.name, description=root.description), state)
     try:
@@ -259,7 +260,7 @@ def _redecompose(
                 f"no other decomposition of {subtree.name!r} applies (tried: {tried}; "
                 f"left out: {', '.join(sorted(excluded)) or 'none'})"
             ) from None
-        except PlanningError as exc:
+        except (PlanningError, MethodInvalid) as exc:
             raise NoAlternative(f"re-planning {subtree.name!r} failed: {exc}") from None
         repeats = [
             leaf
