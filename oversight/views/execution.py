@@ -91,8 +91,11 @@ def _execution_context(
     )
     mine = set(work_items_for(user).filter(case=case).values_list("pk", flat=True))
     may_cancel = _may_cancel(user, case)
+    # The case's LLM use against its budget, only where a per-case budget is set (two queries).
+    llm_budget = LedgerBudgets().case_status(case.pk) if case_limits().is_set else None
     return {
         "case": case,
+        "llm_budget": llm_budget,
         "items": items,
         "open_items": [item for item in items if item.status == WorkItem.Status.OPEN],
         "mine": mine,

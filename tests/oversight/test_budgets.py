@@ -45,6 +45,7 @@ from planning.models import (
     PlanVersion,
 )
 from tests import personas
+from tests.cases import planned_invoice_case
 from tests.fakes.openai_server import FakeOpenAIServer, FakeReply
 from tests.oversight.test_execution import run_ready
 from tests.oversight.test_llm_runner import FINDINGS, approved_case, calls, notes_pack, review
@@ -641,3 +642,22 @@ def test_admins_see_todays_usage_against_the_budgets_on_the_execution_control_pa
     cost_row = body.split('data-row="cost"')[1].split("</tr>")[0]
     assert "0.0015</td>" in cost_row and "0.50</td>" in cost_row
     assert 'data-unpriced="3"' in body
+
+
+@pytest.mark.django_db
+def test_the_case_page_shows_the_cases_llm_use_against_its_budget(settings: Any) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    case = planned_invoice_case(personas.analyst())
+    client = Client()
+    client.force_login(case.submitter)
+    page = reverse("oversight:case-execution", args=[case.pk])
+    assert b"data-llm-budget" not in client.get(page).content  # no per-case budget: nothing
+    settings.CASEHUB_LLM_CASE_MAX_CALLS = 20
+    settings.CASEHUB_LLM_CASE_MAX_COST_USD = Decimal("0.50")
+    LlmUsage.objects.create(case=case, calls=7, tokens=4_200, cost_nano_usd=1_500_000)
+    body = client.get(page).content.decode()
+    line = body.split('data-llm-budget="case"')[1].split("</p>")[0]
+    assert "7 of 20 calls" in " ".join(line.split())
+    assert "4200 tokens" in line and "$0.0015 of $0.50" in line
