@@ -195,8 +195,8 @@ def _deps(value: list[str] | None) -> tuple[str, ...] | None:
     return None if value is None else tuple(value)
 
 
-def _leaf(spec: LeafSpec) -> Leaf:
-    return Leaf(
+def _step(spec: LeafSpec) -> Step:
+    return Step(
         key=spec.key,
         agent=spec.agent,
         task=spec.task,
@@ -207,8 +207,11 @@ def _leaf(spec: LeafSpec) -> Leaf:
         expected_output=spec.expected_output,
         failure_policy=spec.failure_policy,
         risk=spec.risk,
-        provenance=_provenance(),
     )
+
+
+def _leaf(spec: LeafSpec) -> Leaf:
+    return _step(spec).to_leaf(_provenance())
 
 
 def _node(spec: LeafSpec | TaskSpec | CompoundSpec) -> Leaf | Compound:
@@ -235,18 +238,7 @@ def _node(spec: LeafSpec | TaskSpec | CompoundSpec) -> Leaf | Compound:
 
 def _item(spec: LeafSpec | TaskSpec | CompoundSpec) -> Item:
     if isinstance(spec, LeafSpec):
-        return Step(
-            key=spec.key,
-            agent=spec.agent,
-            task=spec.task,
-            rationale=spec.rationale,
-            tool=spec.tool,
-            inputs=spec.inputs,
-            depends_on=_deps(spec.depends_on),
-            expected_output=spec.expected_output,
-            failure_policy=spec.failure_policy,
-            risk=spec.risk,
-        )
+        return _step(spec)
     if isinstance(spec, TaskSpec):
         return TaskRef(
             task=spec.task,

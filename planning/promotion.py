@@ -375,29 +375,44 @@ def approve_method(*, user: Someone, method_id: int) -> PromotedMethod:
     return method
 
 
+def _close(
+    user: Someone, method_id: int, reason: str, *, expected: str, status: str, verb: str
+) -> PromotedMethod:
+    """Move a method from `expected` to `status` with a reason, recording who and when."""
+    closer = require_promoter(user)
+    why = _reason(reason)
+    method = _locked(method_id)
+    if method.status != expected:
+        raise PromotionConflict(f"The method is {method.status}, not {expected}.")
+    prefix = "rejection" if verb == "rejected" else "retire"
+    method.status = status
+    setattr(method, f"{verb}_by", closer)
+    setattr(method, f"{verb}_at", timezone.now())
+    setattr(method, f"{prefix}_reason", why)
+    method.save(update_fields=["status", f"{verb}_by", f"{verb}_at", f"{prefix}_reason"])
+    append_event(
+        f"planning.method.{verb}",
+        actor=closer,
+        chain=case_chain(method.source_case_id),
+        data=_data(method, reason=why),
+    )
+    return method
+
+
 @transaction.atomic
 def reject_method(*, user: Someone, method_id: int, reason: str) -> PromotedMethod:
     """Reject a proposed method with a reason (its proposer may withdraw it this way).
 
     Raises PromotionDenied, PromotionConflict (not proposed), MethodInvalid (no reason).
     """
-    rejecter = require_promoter(user)
-    why = _reason(reason)
-    method = _locked(method_id)
-    if method.status != PromotedMethod.Status.PROPOSED:
-        raise PromotionConflict(f"The method is {method.status}, not proposed.")
-    method.status = PromotedMethod.Status.REJECTED
-    method.rejected_by = rejecter
-    method.rejected_at = timezone.now()
-    method.rejection_reason = why
-    method.save(update_fields=["status", "rejected_by", "rejected_at", "rejection_reason"])
-    append_event(
-        "planning.method.rejected",
-        actor=rejecter,
-        chain=case_chain(method.source_case_id),
-        data=_data(method, reason=why),
+    return _close(
+        user,
+        method_id,
+        reason,
+        expected=PromotedMethod.Status.PROPOSED,
+        status=PromotedMethod.Status.REJECTED,
+        verb="rejected",
     )
-    return method
 
 
 @transaction.atomic
@@ -406,23 +421,14 @@ def retire_method(*, user: Someone, method_id: int, reason: str) -> PromotedMeth
 
     Raises PromotionDenied, PromotionConflict (not active), MethodInvalid (no reason).
     """
-    retirer = require_promoter(user)
-    why = _reason(reason)
-    method = _locked(method_id)
-    if method.status != PromotedMethod.Status.ACTIVE:
-        raise PromotionConflict(f"The method is {method.status}, not active.")
-    method.status = PromotedMethod.Status.RETIRED
-    method.retired_by = retirer
-    method.retired_at = timezone.now()
-    method.retire_reason = why
-    method.save(update_fields=["status", "retired_by", "retired_at", "retire_reason"])
-    append_event(
-        "planning.method.retired",
-        actor=retirer,
-        chain=case_chain(method.source_case_id),
-        data=_data(method, reason=why),
+    return _close(
+        user,
+        method_id,
+        reason,
+        expected=PromotedMethod.Status.ACTIVE,
+        status=PromotedMethod.Status.RETIRED,
+        verb="retired",
     )
-    return method
 
 
 __all__ = [
