@@ -22,17 +22,15 @@ from oversight.quality import (
     CASE_TABLE_LIMIT,
     NO_PACK,
     PERIODS,
-    TABLES,
     FilterInvalid,
     QualityFilter,
     QualityReport,
     can_view_quality,
     case_quality,
-    csv_text,
     parse_filter,
     quality_report,
-    table_rows,
 )
+from oversight.quality_tables import TABLES, csv_text, table_rows
 from planning import rules
 from planning.catalogue import registered_packs
 from planning.models import Case, Strategy

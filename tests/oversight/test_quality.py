@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from oversight import quality
+from oversight import quality, quality_tables
 from oversight.actions import execution
 from oversight.actions.edits import edit_plan
 from oversight.actions.gates import DecisionInput, decide_gate
@@ -269,7 +269,7 @@ def test_the_critical_path_in_time_follows_dependencies_not_the_sum():
 
 
 def test_csv_cells_that_start_a_formula_get_an_apostrophe():
-    text = quality.csv_text([["=1+1", "+2", "-3", "@SUM(A1)", "plain", ""]])
+    text = quality_tables.csv_text([["=1+1", "+2", "-3", "@SUM(A1)", "plain", ""]])
     assert next(csv.reader(io.StringIO(text))) == ["'=1+1", "'+2", "'-3", "'@SUM(A1)", "plain", ""]
 
 
@@ -290,7 +290,7 @@ def test_officers_read_the_page_with_its_plots_tables_and_csv_links(dataset, off
     for chart in ("chart-series", "chart-tokens", "chart-shape", "chart-times", "chart-gates"):
         assert f'id="{chart}"' in html
     assert 'id="quality-data"' in html and "vendor/chartjs/chart.umd.js" in html
-    for table in quality.TABLES:
+    for table in quality_tables.TABLES:
         assert f'data-csv="{table}"' in html
     assert "Verify INV-1042" in html and "price unknown" in html
     csv_link = reverse("oversight:quality-csv") + "?table=cases&amp;period=30d"
