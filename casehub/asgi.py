@@ -4,7 +4,7 @@ import os
 
 from django.core.asgi import get_asgi_application
 
-from casehub.observability.tracing import configure_tracing
+from observability.tracing import configure_tracing
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "casehub.settings")
 application = get_asgi_application()

@@ -17,8 +17,8 @@ app.steps["worker"].add("oversight.worker.HeartbeatStep")
 @worker_init.connect
 def _configure_tracing(**kwargs: object) -> None:
     # A worker exports the spans of its planning runs and leaves when OTEL_* turn tracing on.
-    from casehub.env import ConfigError
-    from casehub.observability.tracing import configure_tracing
+    from observability.tracing import configure_tracing
+    from web.env import ConfigError
 
     try:
         configure_tracing()
@@ -34,7 +34,7 @@ TRACE_HEADERS = ("traceparent", "tracestate")
 @before_task_publish.connect
 def _send_trace_context(headers: dict[str, Any] | None = None, **kwargs: object) -> None:
     if headers is not None:
-        from casehub.observability.tracing import inject_context
+        from observability.tracing import inject_context
 
         inject_context(headers)
 
@@ -42,7 +42,7 @@ def _send_trace_context(headers: dict[str, Any] | None = None, **kwargs: object)
 @task_prerun.connect
 def _continue_trace(task: Any = None, **kwargs: object) -> None:
     if task is not None:
-        from casehub.observability.tracing import attach_context
+        from observability.tracing import attach_context
 
         request = task.request
         carrier = {key: getattr(request, key, None) for key in TRACE_HEADERS}
@@ -53,6 +53,6 @@ def _continue_trace(task: Any = None, **kwargs: object) -> None:
 @task_postrun.connect
 def _end_trace(task: Any = None, **kwargs: object) -> None:
     if task is not None:
-        from casehub.observability.tracing import detach_context
+        from observability.tracing import detach_context
 
         detach_context(getattr(task.request, "casehub_trace_token", None))

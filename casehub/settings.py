@@ -10,7 +10,8 @@ from pathlib import Path
 import dj_database_url
 from django.utils.csp import CSP
 
-from casehub.env import (
+from planning.core.llm.pricing import PriceTable, PriceTableInvalid
+from web.env import (
     ConfigError,
     env_bool,
     env_choice,
@@ -19,7 +20,6 @@ from casehub.env import (
     env_list,
     env_str,
 )
-from planning.core.llm.pricing import PriceTable, PriceTableInvalid
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("CASEHUB_VAR_DIR", str(BASE_DIR / "var")))
@@ -65,16 +65,16 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # First: request counts and latencies (and server spans) cover the whole stack.
-    "casehub.observability.middleware.RequestMetricsMiddleware",
+    "observability.middleware.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Below WhiteNoise: static files keep their caching; every other answer is never stored.
-    "casehub.middleware.NoStoreMiddleware",
+    "web.middleware.NoStoreMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "casehub.middleware.SessionIdleMiddleware",
+    "web.middleware.SessionIdleMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -423,7 +423,7 @@ AXES_COOLOFF_TIME = timedelta(minutes=CASEHUB_LOGIN_COOLOFF_MINUTES)
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_RESET_ON_SUCCESS = False
-AXES_CLIENT_IP_CALLABLE = "oversight.throttling.client_ip"
+AXES_CLIENT_IP_CALLABLE = "web.http.client_ip"
 AXES_LOCKOUT_CALLABLE = "oversight.throttling.throttled_response"
 AXES_HTTP_RESPONSE_CODE = 429
 # The audit trail records sign-ins and lockouts; axes's own admin (unaudited deletes) stays off.
@@ -438,7 +438,7 @@ SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 CASEHUB_SESSION_IDLE_MINUTES = env_int("CASEHUB_SESSION_IDLE_MINUTES", 30, minimum=1)
 SESSION_COOKIE_AGE = CASEHUB_SESSION_IDLE_MINUTES * 60
-# casehub.middleware.SessionIdleMiddleware moves the expiry on, once a minute of use at most.
+# web.middleware.SessionIdleMiddleware moves the expiry on, once a minute of use at most.
 SESSION_SAVE_EVERY_REQUEST = False
 # API tokens live this long from their creation; a user holds at most this many (a new one
 # beyond it revokes the oldest).
@@ -450,7 +450,7 @@ LOGGING["loggers"]["axes"] = {"level": "ERROR"}  # type: ignore[index]
 # Operations: GET /metrics (Prometheus) answers clients whose address is in these networks
 # (after CASEHUB_TRUSTED_PROXY_COUNT), and, when a token is set, only with `Authorization:
 # Bearer <token>`; anyone else gets 403. Tracing is configured by the OTEL_* variables
-# (casehub/observability/tracing.py), off unless they ask for it.
+# (observability/tracing.py), off unless they ask for it.
 try:
     CASEHUB_METRICS_ALLOW = [
         ipaddress.ip_network(network, strict=False)

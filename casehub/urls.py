@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from casehub.api import api
-from casehub.observability.views import metrics_view
+from observability.views import metrics_view
 from oversight import views as oversight_views
 
 urlpatterns = [

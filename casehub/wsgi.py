@@ -4,7 +4,7 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
-from casehub.observability.tracing import configure_tracing
+from observability.tracing import configure_tracing
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "casehub.settings")
 application = get_wsgi_application()

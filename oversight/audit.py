@@ -31,7 +31,6 @@ from django.utils import timezone
 from psycopg.conninfo import make_conninfo
 
 import casehub_verify
-from casehub.observability.metrics import count_on_commit
 from casehub_verify import (
     GENESIS_HASH,
     ChainProblem,
@@ -40,6 +39,7 @@ from casehub_verify import (
     event_hash,
     format_time,
 )
+from observability.metrics import count_on_commit
 from oversight import audit_scan
 from oversight.models import ActorKind, AuditChainHead, AuditEvent
 

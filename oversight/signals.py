@@ -159,7 +159,7 @@ def _on_groups_changed(
 
 def connect() -> None:
     """Connect the receivers (called once from OversightConfig.ready)."""
-    from casehub.middleware import mark_session_fresh
+    from web.middleware import mark_session_fresh
 
     user_logged_in.connect(_on_login, dispatch_uid="oversight.audit.login")
     user_logged_in.connect(mark_session_fresh, dispatch_uid="casehub.session.fresh")

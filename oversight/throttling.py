@@ -29,24 +29,6 @@ from oversight.actions.sessions import record_login_throttled
 THROTTLED_MESSAGE = "Too many failed sign-in attempts. Try again in {minutes} minute(s)."
 
 
-def client_ip(request: HttpRequest) -> str:
-    """Return the client's address: REMOTE_ADDR, or from X-Forwarded-For behind trusted proxies.
-
-    With CASEHUB_TRUSTED_PROXY_COUNT = N > 0, each of N proxies appended the address it saw, so
-    the client is the N-th entry from the right; entries left of it are the client's to forge.
-    A request that did not pass all N proxies (fewer entries) falls back to REMOTE_ADDR.
-    """
-    remote = str(request.META.get("REMOTE_ADDR", ""))
-    count = settings.CASEHUB_TRUSTED_PROXY_COUNT
-    if count <= 0:
-        return remote
-    forwarded = str(request.META.get("HTTP_X_FORWARDED_FOR", ""))
-    hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
-    if len(hops) < count:
-        return remote
-    return hops[-count][:45]
-
-
 def cool_off() -> timedelta:
     """Return how long a lockout lasts after the failure that started it."""
     return timedelta(minutes=settings.CASEHUB_LOGIN_COOLOFF_MINUTES)

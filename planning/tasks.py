@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from casehub.observability.runs import planning_run
+from observability.runs import planning_run
 from planning import actions
 from planning.dispatch import PLAN_CASE, RECONCILE_PLANNING
 

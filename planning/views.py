@@ -18,7 +18,6 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 from pydantic import BaseModel
 
-from casehub.http import HtmxHttpRequest, partial_name, render_partial
 from planning import rules
 from planning.actions import (
     CaseInvalid,
@@ -42,6 +41,7 @@ from planning.planner import (
 )
 from planning.queries import case_for, plan_nodes, visible_cases
 from planning.views_promotion import node_promotion, promoted_origins
+from web.http import HtmxHttpRequest, partial_name, render_partial
 
 CASES_PER_PAGE = 25
 # Where a case can be today: every status (a status not listed here is offered as "coming").

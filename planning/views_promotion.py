@@ -16,7 +16,6 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from casehub.http import HtmxHttpRequest
 from planning.catalogue import registered_packs
 from planning.display import pretty_json, provenance_text
 from planning.models import Case, PlanNode, PromotedMethod
@@ -36,6 +35,7 @@ from planning.promotion import (
     retire_method,
     suggested_name,
 )
+from web.http import HtmxHttpRequest
 
 OPS = (
     ("", "not a condition"),

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("casehub", "planning", "oversight")
+APPS = ("web", "observability", "casehub", "planning", "oversight")
 # Worker plumbing that is Celery by nature: the app itself and the heartbeat bootstep.
 CELERY_MODULES = {"casehub/celery.py", "oversight/worker.py"}
 PURE = ("planning.core", "planning.packs")
@@ -46,13 +46,49 @@ def test_planning_imports_nothing_of_oversight_but_the_audit_module() -> None:
     assert offenders == []
 
 
+def test_the_web_layer_and_observability_import_no_app() -> None:
+    """`web` and `observability` sit below every app (any app may import them); `web` is the
+    lower of the two. Neither imports an app or the project, even inside a function."""
+    allowed = {"web": {"web"}, "observability": {"web", "observability"}}
+    project = {"web", "observability", "casehub", "planning", "oversight"}
+    offenders = [
+        f"{path}: {name}"
+        for path, tree in _sources()
+        if _top(path.split("/", 1)[0]) in allowed
+        for name in _imports(tree)
+        if _top(name) in project and _top(name) not in allowed[path.split("/", 1)[0]]
+    ]
+    assert offenders == []
+
+
+def test_no_app_imports_the_project() -> None:
+    offenders = [
+        f"{path}: {name}"
+        for path, tree in _sources()
+        if not path.startswith("casehub/")
+        for name in _imports(tree)
+        if _top(name) == "casehub"
+    ]
+    assert offenders == []
+
+
 def test_the_planning_core_and_packs_import_no_app() -> None:
     offenders = [
         f"{path}: {name}"
         for path, tree in _sources()
         if path.startswith(("planning/core/", "planning/packs/"))
         for name in _imports(tree)
-        if _top(name) in {"django", "oversight", "casehub", "celery", "ninja", "django_htmx"}
+        if _top(name)
+        in {
+            "django",
+            "oversight",
+            "casehub",
+            "celery",
+            "ninja",
+            "django_htmx",
+            "web",
+            "observability",
+        }
         or (
             name.startswith("planning.")
             and not name.startswith(("planning.core", "planning.packs"))

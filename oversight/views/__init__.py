@@ -32,7 +32,6 @@ from django.utils.http import urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from casehub.http import HTMX_VARY, HtmxHttpRequest, render_partial
 from oversight import roles
 from oversight.anchors import latest_checkpoint, verify_anchored_chain
 from oversight.api import EXPORT_AUDIT
@@ -46,6 +45,7 @@ from oversight.signing import current_key_id, public_keys
 from planning import rules
 from planning.models import Case, CaseStatus
 from planning.queries import case_for
+from web.http import HTMX_VARY, HtmxHttpRequest, render_partial
 
 logger = logging.getLogger(__name__)
 

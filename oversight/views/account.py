@@ -9,9 +9,9 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from casehub.http import HtmxHttpRequest
 from oversight.actions.sessions import log_out_everywhere, signed_in_sessions
 from planning import actions as planning_actions
+from web.http import HtmxHttpRequest
 
 
 def _user(request: HtmxHttpRequest) -> User:

@@ -20,7 +20,6 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from pydantic import BaseModel
 
-from casehub.http import HtmxHttpRequest, render_partial
 from oversight.actions import execution
 from oversight.actions.gates import ReasonInvalid
 from oversight.budgets import LedgerBudgets, case_limits
@@ -32,6 +31,7 @@ from planning.catalogue import registered_packs
 from planning.display import pretty_json, value_rows
 from planning.models import Case, CaseStatus
 from planning.queries import case_for, visible_cases
+from web.http import HtmxHttpRequest, render_partial
 
 WORK_ITEMS_PAGE_SIZE = 25
 ENDED = (

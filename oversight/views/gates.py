@@ -17,7 +17,6 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_POST
 
-from casehub.http import HtmxHttpRequest, render_partial
 from oversight.actions.gates import (
     DecisionDenied,
     DecisionInput,
@@ -45,6 +44,7 @@ from planning.core.validation import REF_KEY, is_ref
 from planning.dot import plan_dot
 from planning.models import PlanNode, Tool
 from planning.queries import case_for, visible_cases
+from web.http import HtmxHttpRequest, render_partial
 
 INBOX_PAGE_SIZE = 25
 NOTIFICATIONS_PAGE_SIZE = 30

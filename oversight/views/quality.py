@@ -17,7 +17,6 @@ from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
-from casehub.http import HtmxHttpRequest
 from oversight.quality import (
     CASE_TABLE_LIMIT,
     NO_PACK,
@@ -34,6 +33,7 @@ from oversight.quality_tables import TABLES, csv_text, table_rows
 from planning import rules
 from planning.catalogue import registered_packs
 from planning.models import Case, Strategy
+from web.http import HtmxHttpRequest
 
 TABLE_TITLES = {
     "series": "Over time",

@@ -19,7 +19,6 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_http_methods
 
-from casehub.http import HtmxHttpRequest
 from oversight.actions.edits import (
     TASK_MAX_LENGTH,
     EditInvalid,
@@ -34,6 +33,7 @@ from planning.core.diff import PlanDiff, diff_plans, node_data
 from planning.models import Agent, Case, CaseStatus, PlanNode, PlanVersion
 from planning.queries import case_for
 from planning.versions import load_plan
+from web.http import HtmxHttpRequest
 
 MAX_VERSION = 2**31 - 1
 

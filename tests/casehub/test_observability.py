@@ -22,9 +22,8 @@ from django.utils import timezone
 from kombu import Connection
 from prometheus_client.parser import text_string_to_metric_families
 
-from casehub.env import ConfigError
-from casehub.observability import tracing
-from casehub.observability.collector import queue_depths
+from observability import tracing
+from observability.collector import queue_depths
 from oversight.audit import append_event
 from oversight.models import AuditEvent, Gate, GateKind, GateStatus, WorkerHeartbeat
 from planning import tasks as planning_tasks
@@ -38,6 +37,7 @@ from tests.oversight.test_execution import approve, run_ready
 from tests.oversight.test_llm_runner import FINDINGS, approved_case, notes_pack  # noqa: F401 (a fixture)
 from tests.oversight.test_llm_runner import calls as llm_calls
 from tests.planning.llm_scripts import fraud_plan_responder
+from web.env import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -334,13 +334,13 @@ def test_queue_depth_is_read_from_redis_and_an_empty_queue_counts_zero() -> None
 COUNTING = """
 import django, sys
 django.setup()
-from casehub.observability.metrics import count_events
+from observability.metrics import count_events
 count_events([("planning.plan.started", {})] * int(sys.argv[1]))
 """
 SCRAPING = """
 import django
 django.setup()
-from casehub.observability.views import exposition
+from observability.views import exposition
 print(exposition().decode())
 """
 
@@ -364,7 +364,7 @@ def test_counts_of_several_processes_add_up_in_one_scrape(tmp_path: Path) -> Non
 
 
 def test_gunicorn_child_exit_marks_the_worker_dead(tmp_path: Path, monkeypatch: Any) -> None:
-    from casehub.observability.gunicorn import child_exit
+    from observability.gunicorn import child_exit
 
     live = tmp_path / "gauge_livesum_4242.db"
     live.write_bytes(b"")
@@ -393,7 +393,7 @@ def test_runcasehub_points_its_services_at_a_fresh_metrics_directory(
         web = casehub_services(
             host="127.0.0.1", port=8000, web_workers=2, web_threads=4, concurrency=4
         )[0]
-    assert "python:casehub.observability.gunicorn" in web.argv
+    assert "python:observability.gunicorn" in web.argv
 
 
 # Tracing ---------------------------------------------------------------------------------------
@@ -418,7 +418,7 @@ import django
 django.setup()
 import casehub.wsgi
 from opentelemetry import trace
-from casehub.observability import tracing
+from observability import tracing
 print(type(trace.get_tracer_provider()).__name__, tracing.tracer())
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}

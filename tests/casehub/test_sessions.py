@@ -153,7 +153,7 @@ def test_a_session_idle_past_the_timeout_is_dead_and_each_request_moves_it_on() 
 
 @pytest.mark.scenario("W6")
 def test_requests_within_a_minute_refresh_the_session_once_then_again_after_it() -> None:
-    from casehub.middleware import SESSION_REFRESH_S
+    from web.middleware import SESSION_REFRESH_S
 
     personas.analyst()
     client = _signed_in_browser()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from casehub.env import ConfigError, env_bool, env_choice, env_int, env_list, env_str
+from web.env import ConfigError, env_bool, env_choice, env_int, env_list, env_str
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

@@ -17,9 +17,9 @@ from django.contrib.auth.hashers import MD5PasswordHasher
 from django.test import Client, RequestFactory
 
 from oversight.models import AuditEvent
-from oversight.throttling import client_ip
 from planning.models import ApiToken
 from tests import personas
+from web.http import client_ip
 
 pytestmark = pytest.mark.django_db
 

@@ -20,7 +20,6 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from casehub.env import ConfigError, env_decimal
 from oversight.audit import case_chain, verify_chain
 from oversight.budgets import LedgerBudgets, LedgerGuard, guard_for
 from oversight.goal_judge import ask_judge
@@ -50,6 +49,7 @@ from tests.fakes.openai_server import FakeOpenAIServer, FakeReply
 from tests.oversight.test_execution import run_ready
 from tests.oversight.test_llm_runner import FINDINGS, approved_case, calls, notes_pack, review
 from tests.planning.llm_scripts import fraud_plan_responder
+from web.env import ConfigError, env_decimal
 
 __all__ = ["notes_pack"]  # the llm agent's fixture, used below
 

@@ -6,7 +6,7 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.test import override_settings
 
-from casehub.observability.metrics import EventCount
+from observability.metrics import EventCount
 from oversight.audit import case_chain, verify_chain
 from oversight.models import AuditEvent
 from planning.actions import CaseInvalid, Outcome, materialise_plan, submit_case

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from casehub.observability.metrics import EventCount
+from observability.metrics import EventCount
 from oversight.models import AuditEvent
 from planning import actions
 from planning.models import (

@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from casehub.observability.metrics import EventCount
+from observability.metrics import EventCount
 from planning.catalogue import sync_packs
 from planning.models import Case, CaseStatus, PlanNode
 from tests.personas import analyst as make_analyst

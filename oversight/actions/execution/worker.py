@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 
-from casehub.observability.runs import leaf_run
+from observability.runs import leaf_run
 from oversight.actions.execution.claiming import claim_leaf, renew_lease
 from oversight.actions.execution.common import (
     Claim,

@@ -155,7 +155,7 @@ def casehub_services(
         python, "-m", "gunicorn", "casehub.wsgi:application", "--bind", f"{host}:{port}",
         "--workers", str(web_workers), "--threads", str(web_threads), "--worker-class", "gthread",
         "--graceful-timeout", "10", "--no-control-socket", "--error-logfile", "-",
-        "--config", "python:casehub.observability.gunicorn",
+        "--config", "python:observability.gunicorn",
     )  # fmt: skip
     worker = (
         *celery, "worker", "--loglevel", "INFO", "--pool", "threads",

@@ -20,9 +20,9 @@ from prometheus_client import (
     multiprocess,
 )
 
-from casehub.observability import metrics
-from casehub.observability.collector import CaseHubCollector
-from oversight.throttling import client_ip
+from observability import metrics
+from observability.collector import CaseHubCollector
+from web.http import client_ip
 
 logger = logging.getLogger(__name__)
 

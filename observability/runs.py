@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from casehub.observability import metrics, tracing
+from observability import metrics, tracing
 
 
 @dataclass(slots=True)

@@ -1,10 +1,11 @@
-"""The htmx request type and the partial rendering every view shares."""
+"""The htmx request type, the partial rendering every view shares, and the client's address."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
@@ -44,3 +45,21 @@ def render_partial(
     response = render(request, f"{template}#{name}" if name else template, context, status=status)
     patch_vary_headers(response, HTMX_VARY)
     return response
+
+
+def client_ip(request: HttpRequest) -> str:
+    """Return the client's address: REMOTE_ADDR, or from X-Forwarded-For behind trusted proxies.
+
+    With CASEHUB_TRUSTED_PROXY_COUNT = N > 0, each of N proxies appended the address it saw, so
+    the client is the N-th entry from the right; entries left of it are the client's to forge.
+    A request that did not pass all N proxies (fewer entries) falls back to REMOTE_ADDR.
+    """
+    remote = str(request.META.get("REMOTE_ADDR", ""))
+    count = settings.CASEHUB_TRUSTED_PROXY_COUNT
+    if count <= 0:
+        return remote
+    forwarded = str(request.META.get("HTTP_X_FORWARDED_FOR", ""))
+    hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
+    if len(hops) < count:
+        return remote
+    return hops[-count][:45]

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponseBase
 from django.utils.cache import add_never_cache_headers, patch_vary_headers
 
-from casehub.http import HTMX_VARY
+from web.http import HTMX_VARY
 
 
 class NoStoreMiddleware:

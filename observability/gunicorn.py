@@ -1,4 +1,4 @@
-"""gunicorn settings for CaseHub (`gunicorn -c python:casehub.observability.gunicorn`).
+"""gunicorn settings for CaseHub (`gunicorn -c python:observability.gunicorn`).
 
 In prometheus-client's multiprocess mode each worker process writes its metrics to files under
 `PROMETHEUS_MULTIPROC_DIR`; when a worker exits, its live gauges are dropped (its counters stay,

@@ -8,11 +8,10 @@ not answer leaves its `*_up` gauge at 0 and its other gauges out; the scrape sti
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Q
 from django.utils import timezone
 from kombu import Connection
 from kombu.exceptions import ChannelError
@@ -129,19 +128,20 @@ def _database_metrics() -> Iterator[GaugeMetricFamily]:
     yield open_leaves
 
 
-def _read_database() -> tuple[list[tuple[str, Any]], dict[str, int]]:
-    from oversight.models import WorkerHeartbeat
-    from planning.models import NodeStatus, PlanNode
+# The apps that own workers and leaves register how to read them (heartbeats as (hostname,
+# last_seen) rows; leaves as counts by state), so this module imports no app.
+HeartbeatReader = Callable[[], list[tuple[str, Any]]]
+LeafCountReader = Callable[[], dict[str, int]]
+_readers: dict[str, Callable[[], Any]] = {}
 
-    beats = list(WorkerHeartbeat.objects.order_by("hostname").values_list("hostname", "last_seen"))
-    now = timezone.now()
-    running = Q(status=NodeStatus.RUNNING)
-    # Only the leaves in flight, which a partial index holds however many plans exist.
-    in_flight = (NodeStatus.READY, NodeStatus.RUNNING, NodeStatus.RETRYING)
-    leaves = PlanNode.objects.filter(status__in=in_flight, kind="leaf").aggregate(
-        ready=Count("pk", filter=Q(status=NodeStatus.READY)),
-        retrying=Count("pk", filter=Q(status=NodeStatus.RETRYING)),
-        running=Count("pk", filter=running),
-        stuck=Count("pk", filter=running & Q(lease_until__lt=now)),
-    )
-    return beats, leaves
+
+def register_database_readers(heartbeats: HeartbeatReader, leaves: LeafCountReader) -> None:
+    """Set the functions that read worker heartbeats and open-leaf counts at scrape time."""
+    _readers["heartbeats"] = heartbeats
+    _readers["leaves"] = leaves
+
+
+def _read_database() -> tuple[list[tuple[str, Any]], dict[str, int]]:
+    if not _readers:
+        raise LookupError("no database readers are registered")
+    return _readers["heartbeats"](), _readers["leaves"]()

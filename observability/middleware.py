@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, HttpResponseBase
 
-from casehub.observability import metrics, tracing
+from observability import metrics, tracing
 
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 

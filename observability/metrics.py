@@ -14,7 +14,7 @@ number stays bounded.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,15 +162,23 @@ def _count_llm_call(data: Mapping[str, Any]) -> None:
     LLM_DURATION.labels(model, purpose).observe(int(data.get("latency_ms") or 0) / 1000)
 
 
-def _observe_decision_times(gate_ids: list[int]) -> None:
-    # The decided event does not carry the opening time; one query reads it for all of them.
-    from oversight.models import Gate
+# The decided event does not carry the opening time; the app that owns gates registers how to
+# read (kind, status, opened_at, decided_at) of decided gates, in one query for all of them.
+GateTimes = Iterable[tuple[str, str, Any, Any]]
+_gate_times_reader: Callable[[list[int]], GateTimes] | None = None
 
-    rows = Gate.objects.filter(pk__in=gate_ids, decided_at__isnull=False).values_list(
-        "kind", "status", "opened_at", "decided_at"
-    )
-    for kind, status, opened_at, decided_at in rows:
-        if decided_at is None:  # filtered out above; the column is nullable
+
+def register_gate_times_reader(reader: Callable[[list[int]], GateTimes]) -> None:
+    """Set the function that reads decided gates' kind, status and times (the review app's)."""
+    global _gate_times_reader
+    _gate_times_reader = reader
+
+
+def _observe_decision_times(gate_ids: list[int]) -> None:
+    if _gate_times_reader is None:
+        return
+    for kind, status, opened_at, decided_at in _gate_times_reader(gate_ids):
+        if decided_at is None:
             continue
         seconds = max(0.0, (decided_at - opened_at).total_seconds())
         GATE_DECISION_TIME.labels(kind, status).observe(seconds)

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from casehub.env import ConfigError
+from web.env import ConfigError
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
