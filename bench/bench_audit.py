@@ -187,7 +187,7 @@ def _append_phase() -> dict[str, float]:
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
-    from oversight.audit import append_event, case_chain
+    from audit.chain import append_event, case_chain
 
     call_command("migrate", verbosity=0, interactive=False)
     get_user_model().objects.create_user(EXPORTER)
@@ -235,7 +235,7 @@ def _batched_appends() -> dict[str, float]:
     """Append BATCH_EVENTS events in transactions of BATCH, by append_events and by calls."""
     from django.db import transaction
 
-    from oversight.audit import NewEvent, append_event, append_events, case_chain
+    from audit.chain import NewEvent, append_event, append_events, case_chain
 
     transactions = max(BATCH_EVENTS // BATCH, 1)
     batch_chain, calls_chain = case_chain(BATCH_CASE_ID), case_chain(CALLS_CASE_ID)
@@ -283,7 +283,7 @@ def _cpu_seconds() -> float:
 
 
 def _verify_figures(chain: str) -> dict[str, float]:
-    from oversight.audit import VERIFY_PROCESSES, check_chain, verify_chain
+    from audit.chain import VERIFY_PROCESSES, check_chain, verify_chain
 
     walls: list[float] = []
     cpus: list[float] = []
@@ -332,8 +332,8 @@ def _export_phase(var_dir: Path) -> dict[str, float]:
 
     from django.contrib.auth import get_user_model
 
-    from oversight.export import export_case_bundle
-    from oversight.signing import current_key
+    from audit.export import export_case_bundle
+    from audit.signing import current_key
 
     exporter = get_user_model().objects.get(username=EXPORTER)
     # a short chain first: imports, the signing key's creation, the first queries are not counted

@@ -377,10 +377,11 @@ def _run_case(
 ) -> dict[str, Any]:
     from django.db.models import Max
 
+    from audit.chain import case_chain, verify_chain
+    from audit.models import AuditEvent
     from oversight.actions import execution
     from oversight.actions.gates import DecisionInput, decide_gate
-    from oversight.audit import case_chain, verify_chain
-    from oversight.models import AuditEvent, Gate, GateKind, LeafAttempt
+    from oversight.models import Gate, GateKind, LeafAttempt
     from planning.actions import materialise_plan, submit_case
     from planning.models import Case, CaseStatus, PlanNode
 

@@ -626,8 +626,9 @@ def _count(out: Path) -> None:
     django.setup()
     from django.db.models import Count
 
-    from oversight.anchors import verify_anchored_chain
-    from oversight.models import AuditEvent, Gate, GateDecision
+    from audit.checkpoints import verify_anchored_chain
+    from audit.models import AuditEvent
+    from oversight.models import Gate, GateDecision
 
     decided = AuditEvent.objects.filter(action="oversight.gate.decided")
     events_per_gate = Counter(decided.values_list("data__gate", flat=True))

@@ -16,6 +16,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from audit.chain import SYSTEM_CHAIN, append_event
 from oversight.actions.execution import effective_trust
 from oversight.actions.gates import ReasonInvalid, active_policy
 from oversight.actions.policies import (
@@ -28,7 +29,6 @@ from oversight.actions.policies import (
     propose_policy,
     reject_policy,
 )
-from oversight.audit import SYSTEM_CHAIN, append_event
 from oversight.forms import SETTING_HELP, PolicyActionForm, PolicyProposalForm, ReasonCodeForm
 from oversight.models import PolicyVersion, ReasonCode, TrustScore, WorkerHeartbeat
 from oversight.policy import PolicySettings, loosening

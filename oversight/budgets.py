@@ -38,7 +38,7 @@ from django.db import connection, transaction
 from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
-from oversight.audit import append_event, case_chain
+from audit.chain import append_event, case_chain
 from oversight.models import LlmReservation, LlmUsage
 from planning.core.llm.budget import (
     BudgetLimits,

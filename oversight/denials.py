@@ -25,7 +25,7 @@ from django.db.models import F
 from django.http import HttpRequest
 from django.utils import timezone
 
-from oversight.audit import SYSTEM_CHAIN, append_event
+from audit.chain import SYSTEM_CHAIN, append_event
 from oversight.models import AccessDenial
 
 __all__ = [

@@ -31,7 +31,7 @@ from typing import Annotated, Any
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field
 
-from oversight.audit import append_event, case_chain
+from audit.chain import append_event, case_chain
 from oversight.budgets import guard_for
 from planning.core.errors import LlmPlanningError
 from planning.core.llm.budget import LlmBudgetExhausted

@@ -38,8 +38,8 @@ from django.conf import settings
 from django.db import transaction
 from pydantic import BaseModel
 
+from audit.chain import append_event, case_chain
 from oversight.actions.execution import Claim, ErrorClass, check_safe_point
-from oversight.audit import append_event, case_chain
 from oversight.budgets import guard_for
 from planning.catalogue import all_tool_specs
 from planning.core.catalogue import DomainPack, ToolSpec

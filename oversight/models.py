@@ -29,58 +29,6 @@ class Capability(models.Model):
         return "capability"
 
 
-class ActorKind(models.TextChoices):
-    USER = "user"
-    AGENT = "agent"
-    SYSTEM = "system"
-    ANONYMOUS = "anonymous"
-
-
-class AuditChainHead(models.Model):
-    """The last sequence number and hash of one audit chain; locked to serialise appends."""
-
-    chain = models.CharField(max_length=64, primary_key=True)
-    seq = models.PositiveBigIntegerField(default=0)
-    head_hash = models.CharField(max_length=64)
-
-    def __str__(self) -> str:
-        return f"{self.chain}@{self.seq}"
-
-
-class AuditEvent(models.Model):
-    """One append-only, hash-chained event. Written only through oversight.audit.append_event."""
-
-    chain = models.CharField(max_length=64)
-    seq = models.PositiveBigIntegerField()
-    time = models.DateTimeField()
-    actor_kind = models.CharField(max_length=16, choices=ActorKind.choices)
-    actor_label = models.CharField(max_length=150)
-    actor_user = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.PROTECT,
-        related_name="+",
-    )
-    action = models.CharField(max_length=100)
-    data = models.JSONField(default=dict)
-    prev_hash = models.CharField(max_length=64)
-    hash = models.CharField(max_length=64, unique=True)
-
-    class Meta:
-        ordering = ["chain", "seq"]
-        constraints = [
-            models.UniqueConstraint(fields=["chain", "seq"], name="audit_event_chain_seq_unique"),
-        ]
-        indexes = [
-            models.Index(fields=["action"]),
-            models.Index(fields=["-time"]),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.chain}#{self.seq} {self.action}"
-
-
 class WorkerHeartbeat(models.Model):
     """The last time each Celery worker reported itself alive."""
 

@@ -38,7 +38,8 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce, Concat, TruncDate, TruncWeek
 from django.utils import timezone
 
-from oversight.models import AuditEvent, Gate, GateKind, GateStatus, LeafAttempt
+from audit.models import AuditEvent
+from oversight.models import Gate, GateKind, GateStatus, LeafAttempt
 from planning import rules
 from planning.catalogue import registered_packs
 from planning.core.llm.pricing import PriceTable

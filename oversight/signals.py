@@ -13,9 +13,9 @@ from django.db import transaction
 from django.db.models.signals import m2m_changed, post_save, pre_delete, pre_save
 from django.http import HttpRequest
 
+from audit.chain import Actor, append_event
+from audit.models import ActorKind
 from oversight.actions import users
-from oversight.audit import Actor, append_event
-from oversight.models import ActorKind
 
 
 def _client(request: HttpRequest | None) -> dict[str, str]:

@@ -10,10 +10,10 @@ from celery import shared_task
 from django.contrib.auth import get_user_model
 from django.db import connection
 
+from audit.checkpoints import write_checkpoints
 from oversight import dispatch
 from oversight.actions import execution, gates, users
 from oversight.actions.execution import judging, work_items
-from oversight.anchors import write_checkpoints
 from oversight.denials import flush_denials
 
 

@@ -21,7 +21,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from oversight.audit import append_event, case_chain
+from audit.chain import append_event, case_chain
 from planning import dispatch, rules
 from planning.catalogue import (
     DatabaseDecompositionCache,

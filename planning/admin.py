@@ -13,7 +13,7 @@ from django.contrib import admin
 from django.db.models import Model
 from django.http import HttpRequest
 
-from oversight.audit import append_event
+from audit.chain import append_event
 from planning.models import Agent, DomainPack, Tool
 
 AGENT_FIELDS = (

@@ -18,7 +18,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils.module_loading import import_string
 
-from oversight.audit import append_event
+from audit.chain import append_event
 from planning.core.catalogue import (
     TOOL_RISKS,
     AgentSpec,

@@ -27,7 +27,7 @@ from django.db.models import Max
 from django.utils import timezone
 from django.utils.text import slugify
 
-from oversight.audit import append_event, case_chain
+from audit.chain import append_event, case_chain
 from planning import rules
 from planning.catalogue import registered_packs
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PromotedMethod

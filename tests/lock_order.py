@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from oversight.audit import append_event, case_chain
+from audit.chain import append_event, case_chain
 
 
 def _wait_until_another_session_waits_for_a_lock() -> None:

@@ -256,9 +256,9 @@ def test_the_verifier_imports_only_the_standard_library_in_its_source() -> None:
 @pytest.fixture
 def bundle_path(tmp_path: Path, db: None) -> tuple[Path, bytes]:
     """Write a real export of a small case chain; return its path and the signing public key."""
-    from oversight.audit import append_event, case_chain
-    from oversight.export import write_case_bundle
-    from oversight.signing import SigningKey
+    from audit.chain import append_event, case_chain
+    from audit.export import write_case_bundle
+    from audit.signing import SigningKey
     from tests import personas
 
     private = Ed25519PrivateKey.generate()

@@ -17,6 +17,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 
+from audit.chain import append_event, case_chain
 from oversight.actions.gates import (
     CONFIGURE,
     DecisionDenied,
@@ -24,7 +25,6 @@ from oversight.actions.gates import (
     open_gates,
     void_open_gates,
 )
-from oversight.audit import append_event, case_chain
 from oversight.models import Gate, GateKind, GateStatus
 from planning import rules
 from planning.actions import _limits as plan_limits

@@ -20,8 +20,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from audit.chain import SYSTEM_CHAIN, append_event, case_chain
 from oversight import notify
-from oversight.audit import SYSTEM_CHAIN, append_event, case_chain
 from oversight.models import (
     OPEN_GATE_STATUSES,
     Gate,

@@ -21,8 +21,8 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from audit.chain import SYSTEM_CHAIN, append_event
 from oversight.actions.gates import ReasonInvalid, check_reason
-from oversight.audit import SYSTEM_CHAIN, append_event
 from oversight.models import PolicyVersion, ReasonCode
 from oversight.policy import PolicySettings, SettingsInvalid, loosening
 

@@ -34,8 +34,8 @@ from typing import Any
 
 from django.conf import settings
 
+from audit.chain import append_event, case_chain
 from oversight.actions.gates import open_gates, void_open_gates
-from oversight.audit import append_event, case_chain
 from oversight.models import Gate, GateKind, GateStatus
 from planning.actions import _limits as plan_limits
 from planning.catalogue import all_tool_specs, current_catalogue, enabled_pack

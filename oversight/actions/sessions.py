@@ -23,8 +23,8 @@ from django.contrib.sessions.models import Session
 from django.db import transaction
 from django.utils import timezone
 
-from oversight.audit import SYSTEM_CHAIN, Actor, append_event
-from oversight.models import ActorKind
+from audit.chain import SYSTEM_CHAIN, Actor, append_event
+from audit.models import ActorKind
 from planning import actions as planning_actions
 
 

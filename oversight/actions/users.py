@@ -32,9 +32,10 @@ from django.core.exceptions import PermissionDenied
 from django.db import connection, transaction
 from django.utils import timezone
 
+from audit.chain import SYSTEM_CHAIN, append_event
+from audit.models import AuditEvent
 from oversight.actions import sessions
-from oversight.audit import SYSTEM_CHAIN, append_event
-from oversight.models import AuditEvent, PasswordResetRequest, RoleGrantRequest, SigningState
+from oversight.models import PasswordResetRequest, RoleGrantRequest, SigningState
 from oversight.roles import ADMIN, AUDITOR, OFFICER, ROLES, SUPERVISOR
 from planning import actions as planning_actions
 from planning.rules import CONFIGURE

@@ -15,11 +15,11 @@ from django.http import FileResponse, HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.pagination import paginate
 
-from oversight.anchors import verify_anchored_chain
-from oversight.audit import case_chain
-from oversight.export import export_case_bundle
-from oversight.models import AuditEvent
-from oversight.signing import current_key_id, public_keys
+from audit.chain import case_chain
+from audit.checkpoints import verify_anchored_chain
+from audit.export import export_case_bundle
+from audit.models import AuditEvent
+from audit.signing import current_key_id, public_keys
 from planning.api import Message, Page, request_user
 from planning.queries import case_for
 

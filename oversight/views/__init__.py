@@ -32,16 +32,17 @@ from django.utils.http import urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from audit.chain import case_chain
+from audit.checkpoints import latest_checkpoint, verify_anchored_chain
+from audit.export import export_case_bundle
+from audit.models import AuditEvent
+from audit.signing import current_key_id, public_keys
 from oversight import roles
-from oversight.anchors import latest_checkpoint, verify_anchored_chain
 from oversight.api import EXPORT_AUDIT
-from oversight.audit import case_chain
 from oversight.denials import record_denial
 from oversight.dispatch import broker_status
-from oversight.export import export_case_bundle
-from oversight.models import AccessDenial, AuditEvent, WorkerHeartbeat
+from oversight.models import AccessDenial, WorkerHeartbeat
 from oversight.queries import inbox_for
-from oversight.signing import current_key_id, public_keys
 from planning import rules
 from planning.models import Case, CaseStatus
 from planning.queries import case_for

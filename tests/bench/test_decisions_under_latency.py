@@ -8,12 +8,13 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from audit.chain import case_chain
+from audit.models import AuditEvent
 from bench.delay_proxy import ProxyThread
 from oversight import roles
 from oversight.actions import gates
 from oversight.actions.gates import DecisionInput
-from oversight.audit import case_chain
-from oversight.models import AuditEvent, Gate, GateDecision, GateKind
+from oversight.models import Gate, GateDecision, GateKind
 from tests import personas
 from tests.cases import planned_invoice_case
 

@@ -19,10 +19,10 @@ from django.conf import settings
 from django.db import connection
 from django.test import Client
 
+from audit.chain import SYSTEM_CHAIN, verify_chain
+from audit.models import AuditEvent
 from bench.delay_proxy import ProxyThread
 from oversight.actions import users
-from oversight.audit import SYSTEM_CHAIN, verify_chain
-from oversight.models import AuditEvent
 from planning.models import ApiToken
 from tests import personas
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from audit import signing
+from audit.chain import append_event, case_chain
 from casehub_verify import verify_bundle_file
-from oversight import signing
-from oversight.audit import append_event, case_chain
 from tests import personas
 from tests.browser.test_case_flow import _log_in, _watch_console
 from tests.planning.factories import make_case

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from oversight.models import AuditEvent
+from audit.models import AuditEvent
 from planning import actions, rules
 from planning.models import Case
 from tests import personas

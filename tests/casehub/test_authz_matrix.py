@@ -40,12 +40,13 @@ from django.test.utils import CaptureQueriesContext, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
+from audit.models import AuditEvent
+from audit.signing import current_key
 from oversight import roles
 from oversight.actions import users
 from oversight.actions.edits import edit_plan
 from oversight.models import (
     OPEN_GATE_STATUSES,
-    AuditEvent,
     Gate,
     GateKind,
     GateRisk,
@@ -54,7 +55,6 @@ from oversight.models import (
     WorkerHeartbeat,
     WorkItem,
 )
-from oversight.signing import current_key
 from planning import actions
 from planning.catalogue import sync_packs
 from planning.models import ApiToken, Case, PlanNode, PromotedMethod

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from oversight.audit import SYSTEM_CHAIN
+from audit.chain import SYSTEM_CHAIN
+from audit.models import AuditEvent
 from oversight.denials import DENIED, SUMMARY, flush_denials
-from oversight.models import AccessDenial, AuditEvent, Gate, GateDecision, GateKind, Notification
+from oversight.models import AccessDenial, Gate, GateDecision, GateKind, Notification
 from planning import actions
 from planning.models import ApiToken, PlanNode
 from tests import personas

@@ -22,10 +22,11 @@ from django.utils import timezone
 from kombu import Connection
 from prometheus_client.parser import text_string_to_metric_families
 
+from audit.chain import append_event
+from audit.models import AuditEvent
 from observability import tracing
 from observability.collector import queue_depths
-from oversight.audit import append_event
-from oversight.models import AuditEvent, Gate, GateKind, GateStatus, WorkerHeartbeat
+from oversight.models import Gate, GateKind, GateStatus, WorkerHeartbeat
 from planning import tasks as planning_tasks
 from planning.actions import submit_case
 from planning.core.llm.client import LlmClient, LlmSettings, strict_json_schema

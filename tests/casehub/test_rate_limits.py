@@ -12,7 +12,7 @@ from django.core.cache import cache
 from django.test import Client
 from django.utils import timezone
 
-from oversight.models import AuditEvent
+from audit.models import AuditEvent
 from planning import actions
 from planning.actions import RATE_LIMITED
 from planning.models import Case

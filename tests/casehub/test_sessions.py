@@ -20,8 +20,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from audit.models import AuditEvent
 from oversight.actions import users
-from oversight.models import AuditEvent
 from planning import actions
 from tests import personas
 

@@ -16,7 +16,7 @@ import pytest
 from django.contrib.auth.hashers import MD5PasswordHasher
 from django.test import Client, RequestFactory
 
-from oversight.models import AuditEvent
+from audit.models import AuditEvent
 from planning.models import ApiToken
 from tests import personas
 from web.http import client_ip

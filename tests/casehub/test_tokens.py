@@ -12,8 +12,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from audit.models import AuditEvent
 from oversight.actions import users
-from oversight.models import AuditEvent, PasswordResetRequest
+from oversight.models import PasswordResetRequest
 from planning import actions
 from planning.models import ApiToken
 from tests import personas

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
+from audit.chain import case_chain, verify_chain
+from audit.models import AuditEvent
 from oversight.actions import execution
-from oversight.audit import case_chain, verify_chain
-from oversight.models import AuditEvent, Gate, GateKind, GateStatus, LeafAttempt
+from oversight.models import Gate, GateKind, GateStatus, LeafAttempt
 from planning.models import Case, CaseStatus, NodeStatus
 from tests.integration.execution import Harness, approve_plan, leaf, wait_until
 from tests.integration.redis_server import RedisServer, celery_broker

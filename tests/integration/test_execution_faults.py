@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from oversight.models import AuditEvent, LeafAttempt
+from audit.models import AuditEvent
+from oversight.models import LeafAttempt
 from planning.models import CaseStatus, ErpPaymentHold, NodeStatus, PlanNode
 from tests.integration.execution import Harness, approve_plan, kill, leaf, wait_until
 
@@ -460,6 +461,6 @@ def test_database_connections_killed_during_claims_and_completions_leave_no_half
         assert harness.effects_of(case, key)[0] == 1, key
         events = AuditEvent.objects.filter(action="execution.leaf.succeeded", data__node=key)
         assert events.count() == 1, key
-    from oversight.audit import case_chain, verify_chain
+    from audit.chain import case_chain, verify_chain
 
     assert verify_chain(case_chain(case.pk)) == []

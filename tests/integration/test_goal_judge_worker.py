@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connection, connections, transaction
 
-from oversight.audit import case_chain, verify_chain
-from oversight.models import AuditEvent
+from audit.chain import case_chain, verify_chain
+from audit.models import AuditEvent
 from planning.models import Case, CaseStatus, LlmCall
 from tests.fakes.openai_server import FakeOpenAIServer, FakeReply, RecordedRequest
 from tests.integration.execution import Harness, approve_plan, wait_until

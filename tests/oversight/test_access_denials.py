@@ -11,9 +11,10 @@ import pytest
 from django.db import connection, connections
 from django.test import Client, RequestFactory
 
-from oversight.audit import SYSTEM_CHAIN, verify_chain
+from audit.chain import SYSTEM_CHAIN, verify_chain
+from audit.models import ActorKind, AuditEvent
 from oversight.denials import DENIED, SUMMARY, flush_denials, record_denial
-from oversight.models import AccessDenial, ActorKind, AuditEvent
+from oversight.models import AccessDenial
 from planning import actions
 from tests import personas
 from tests.planning.factories import make_case, make_plan

@@ -8,9 +8,10 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from audit.models import AuditEvent
 from oversight import roles
 from oversight.actions import users
-from oversight.models import AuditEvent, PasswordResetRequest, RoleGrantRequest
+from oversight.models import PasswordResetRequest, RoleGrantRequest
 from tests import personas
 
 pytestmark = pytest.mark.django_db

@@ -10,18 +10,18 @@ import pytest
 from django.test import Client
 
 import casehub_verify
-from oversight import signing
-from oversight.audit import SYSTEM_CHAIN, append_event, case_chain
-from oversight.models import AuditEvent
+from audit import signing
+from audit.chain import SYSTEM_CHAIN, append_event, case_chain
+from audit.models import AuditEvent
 from planning import actions
 from planning.models import Case, Strategy
 from tests import personas
+from tests.audit.test_export import tamper
 from tests.casehub.test_api_schemathesis import (  # noqa: F401 (a fixture, used by name)
     CHECKS,
     SCHEMA,
     wsgi_in_test_transaction,
 )
-from tests.oversight.test_export import tamper
 
 pytestmark = pytest.mark.django_db
 

@@ -15,10 +15,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from audit import signing
+from audit.chain import SYSTEM_CHAIN, append_event, case_chain
+from audit.models import AuditEvent
 from casehub_verify import verify_bundle
-from oversight import signing
-from oversight.audit import SYSTEM_CHAIN, append_event, case_chain
-from oversight.models import AuditEvent
 from planning.models import Case
 from tests import personas
 from tests.audit_triggers import audit_triggers_suspended
@@ -325,7 +325,7 @@ def test_the_case_page_links_to_its_trail_for_auditors_only(auditor: Any, case: 
 
 
 def test_the_banner_names_the_checkpoint_it_compared_against(auditor: Any, case: Case) -> None:
-    from oversight.anchors import write_checkpoints
+    from audit.checkpoints import write_checkpoints
 
     client = client_for(auditor)
     assert "no checkpoint of it yet" in client.get(trail_url(case)).content.decode()
@@ -336,8 +336,8 @@ def test_the_banner_names_the_checkpoint_it_compared_against(auditor: Any, case:
 
 
 def test_a_tail_rolled_back_after_its_checkpoint_shows_broken(auditor: Any, case: Case) -> None:
-    from oversight.anchors import write_checkpoints
-    from oversight.models import AuditChainHead
+    from audit.checkpoints import write_checkpoints
+    from audit.models import AuditChainHead
 
     write_checkpoints()
     chain = case_chain(case.pk)

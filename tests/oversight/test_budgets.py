@@ -20,10 +20,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from oversight.audit import case_chain, verify_chain
+from audit.chain import case_chain, verify_chain
+from audit.models import AuditEvent
 from oversight.budgets import LedgerBudgets, LedgerGuard, guard_for
 from oversight.goal_judge import ask_judge
-from oversight.models import AuditEvent, LlmReservation, LlmUsage
+from oversight.models import LlmReservation, LlmUsage
 from planning.actions import Outcome, materialise_plan, submit_case
 from planning.core.llm.budget import (
     BudgetLimits,

@@ -10,12 +10,13 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from audit.chain import case_chain, verify_chain
+from audit.models import AuditEvent
 from oversight import roles
 from oversight.actions import gates
 from oversight.actions.edits import EditInvalid, EditRefused, edit_plan
 from oversight.actions.gates import DecisionDenied, DecisionInput, ReasonInvalid
-from oversight.audit import case_chain, verify_chain
-from oversight.models import AuditEvent, Gate, GateKind, GateStatus, Notification
+from oversight.models import Gate, GateKind, GateStatus, Notification
 from oversight.queries import inbox_for
 from planning import actions
 from planning.actions import materialise_plan, submit_case

@@ -31,6 +31,7 @@ from django.test import Client, RequestFactory
 from django.urls import reverse
 from django.utils import timezone
 
+from audit.models import AuditEvent
 from oversight import roles
 from oversight.actions import users
 from oversight.actions.execution import set_stopped
@@ -38,7 +39,6 @@ from oversight.actions.gates import active_policy
 from oversight.actions.policies import propose_policy
 from oversight.forms import PolicyProposalForm
 from oversight.models import (
-    AuditEvent,
     Gate,
     GateKind,
     GateRisk,

@@ -10,8 +10,9 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from audit.models import AuditEvent
 from oversight.actions import execution
-from oversight.models import AuditEvent, WorkItem
+from oversight.models import WorkItem
 from planning import actions
 from planning.models import CaseStatus, NodeStatus, PlanNode
 from tests import personas

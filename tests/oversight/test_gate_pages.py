@@ -12,11 +12,11 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from audit.chain import case_chain
+from audit.models import AuditEvent
 from oversight import roles
-from oversight.audit import case_chain
 from oversight.models import (
     AccessDenial,
-    AuditEvent,
     Gate,
     GateDecision,
     GateKind,

@@ -14,11 +14,12 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
+from audit.chain import case_chain, verify_chain
+from audit.models import AuditEvent
 from oversight import roles
 from oversight.actions import gates
 from oversight.actions.gates import DecisionInput
-from oversight.audit import case_chain, verify_chain
-from oversight.models import AuditEvent, Gate, GateDecision, GateKind, GateStatus, Notification
+from oversight.models import Gate, GateDecision, GateKind, GateStatus, Notification
 from planning import actions
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
 from tests import personas

@@ -28,6 +28,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from audit.models import AuditEvent
 from oversight import dispatch, tasks
 from oversight.actions import execution
 from oversight.actions.execution import judging
@@ -39,7 +40,7 @@ from oversight.goal_judge import (
     bounded,
     judge_messages,
 )
-from oversight.models import AuditEvent, Gate, GateKind, GateStatus, ReasonCode
+from oversight.models import Gate, GateKind, GateStatus, ReasonCode
 from planning.actions import issue_api_token, materialise_plan, submit_case
 from planning.catalogue import sync_packs
 from planning.models import Case, CaseStatus, LlmCall, PlanNode

@@ -18,9 +18,10 @@ import pytest
 from django.utils import timezone
 from pydantic import Field
 
+from audit.models import AuditEvent
 from oversight.actions import execution
 from oversight.llm_runner import RULES
-from oversight.models import AuditEvent, Gate, GateKind, GateStatus
+from oversight.models import Gate, GateKind, GateStatus
 from planning.actions import materialise_plan, submit_case
 from planning.catalogue import sync_packs
 from planning.core.catalogue import AgentSpec, DomainPack, ToolCall, ToolSpec

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from oversight.audit import SYSTEM_CHAIN, verify_chain
-from oversight.models import AuditEvent
+from audit.chain import SYSTEM_CHAIN, verify_chain
+from audit.models import AuditEvent
 from tests import personas
 
 

@@ -15,6 +15,8 @@ from django.db.models.signals import post_migrate
 from django.test import Client
 from django.urls import reverse
 
+from audit.chain import SYSTEM_CHAIN, verify_chain
+from audit.models import AuditEvent
 from oversight.actions.gates import ReasonInvalid, active_policy
 from oversight.actions.policies import (
     PolicyConflict,
@@ -26,9 +28,8 @@ from oversight.actions.policies import (
     propose_policy,
     reject_policy,
 )
-from oversight.audit import SYSTEM_CHAIN, verify_chain
 from oversight.forms import PolicyProposalForm
-from oversight.models import AuditEvent, PolicyVersion, ReasonCode
+from oversight.models import PolicyVersion, ReasonCode
 from oversight.policy import PolicySettings
 from tests import personas
 

@@ -16,11 +16,12 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from audit.models import AuditEvent
 from oversight import quality, quality_tables
 from oversight.actions import execution
 from oversight.actions.edits import edit_plan
 from oversight.actions.gates import DecisionInput, decide_gate
-from oversight.models import AuditEvent, Gate, GateKind, GateStatus
+from oversight.models import Gate, GateKind, GateStatus
 from planning.core.llm.pricing import PriceTable
 from planning.models import Case, CaseStatus, LlmCall, NodeStatus, PlanNode, PlanVersion
 from tests.cases import planned_invoice_case

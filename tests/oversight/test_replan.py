@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from audit.models import AuditEvent
 from oversight.actions import execution
 from oversight.actions.gates import DecisionDenied, DecisionInput, GateConflict, decide_gate
-from oversight.models import AuditEvent, Gate, GateKind, GateStatus
+from oversight.models import Gate, GateKind, GateStatus
 from planning.actions import materialise_plan, submit_case
 from planning.catalogue import sync_packs
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from oversight.models import AuditEvent, Gate, GateKind
+from audit.models import AuditEvent
+from oversight.models import Gate, GateKind
 from planning.catalogue import sync_packs
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion, PromotedMethod
 from planning.promoted import method_hash

@@ -8,9 +8,10 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from audit.models import AuditEvent
 from oversight.actions import gates, users
 from oversight.actions.gates import DecisionInput
-from oversight.models import AuditEvent, Gate, GateDecision, GateKind
+from oversight.models import Gate, GateDecision, GateKind
 from planning import actions
 from planning.models import ApiToken
 from tests import personas

@@ -18,10 +18,11 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from audit.chain import SYSTEM_CHAIN, verify_chain
+from audit.models import AuditEvent
 from oversight import roles
 from oversight.actions import users
-from oversight.audit import SYSTEM_CHAIN, verify_chain
-from oversight.models import AuditEvent, PasswordResetRequest, SigningState
+from oversight.models import PasswordResetRequest, SigningState
 from tests import personas
 
 pytestmark = pytest.mark.django_db

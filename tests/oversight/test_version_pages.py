@@ -12,9 +12,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from audit.chain import case_chain
+from audit.models import AuditEvent
 from oversight.actions.edits import edit_plan
-from oversight.audit import case_chain
-from oversight.models import AuditEvent, Gate, GateKind, GateStatus
+from oversight.models import Gate, GateKind, GateStatus
 from planning.actions import materialise_plan, submit_case
 from planning.models import Agent, Case, PlanNode
 from tests import personas

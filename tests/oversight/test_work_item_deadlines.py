@@ -16,11 +16,12 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from audit.chain import case_chain, verify_chain
+from audit.models import AuditEvent
 from oversight import roles
 from oversight.actions import execution
 from oversight.actions.execution.work_items import sweep_work_items
-from oversight.audit import case_chain, verify_chain
-from oversight.models import AuditEvent, LeafAttempt, Notification, WorkItem
+from oversight.models import LeafAttempt, Notification, WorkItem
 from planning import actions
 from planning.models import NodeStatus, PlanNode
 from tests import personas

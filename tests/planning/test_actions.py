@@ -6,9 +6,9 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.test import override_settings
 
+from audit.chain import case_chain, verify_chain
+from audit.models import AuditEvent
 from observability.metrics import EventCount
-from oversight.audit import case_chain, verify_chain
-from oversight.models import AuditEvent
 from planning.actions import CaseInvalid, Outcome, materialise_plan, submit_case
 from planning.models import (
     Case,

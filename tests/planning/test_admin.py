@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from oversight.models import AuditEvent
+from audit.models import AuditEvent
 from planning.catalogue import sync_packs
 from planning.models import Agent, DomainPack, Tool
 

@@ -10,8 +10,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from audit.models import AuditEvent
 from observability.metrics import EventCount
-from oversight.models import AuditEvent
 from planning import actions
 from planning.models import (
     Agent,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from oversight.audit import case_chain, verify_chain
-from oversight.models import AuditEvent
+from audit.chain import case_chain, verify_chain
+from audit.models import AuditEvent
 from planning.actions import materialise_plan, submit_case
 from planning.models import CaseStatus, LlmCall, PlanNode, PlanVersion, PromotedMethod
 from planning.promoted import MethodInvalid

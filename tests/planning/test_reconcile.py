@@ -9,8 +9,8 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from oversight.audit import case_chain, verify_chain
-from oversight.models import AuditEvent
+from audit.chain import case_chain, verify_chain
+from audit.models import AuditEvent
 from planning import dispatch
 from planning.actions import Outcome, materialise_plan, reconcile_planning, submit_case
 from planning.models import Case, CaseStatus, PlanVersion

@@ -9,6 +9,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from audit.chain import append_event, case_chain
 from oversight import dispatch, notify
 from oversight.actions.execution.common import (
     LEAF,
@@ -16,7 +17,6 @@ from oversight.actions.execution.common import (
     RUNNING_CASE_STATUSES,
     CaseNotRunning,
 )
-from oversight.audit import append_event, case_chain
 from oversight.models import (
     OPEN_GATE_STATUSES,
     Gate,

@@ -12,6 +12,7 @@ from django.db import transaction
 from django.db.models import Count, Exists, Q
 from django.utils import timezone
 
+from audit.chain import append_event, case_chain
 from oversight import dispatch, trust
 from oversight.actions.execution.cases import finish_if_done
 from oversight.actions.execution.common import (
@@ -25,7 +26,6 @@ from oversight.actions.execution.common import (
     lease_s,
 )
 from oversight.actions.trust import effective_trust
-from oversight.audit import append_event, case_chain
 from oversight.models import (
     ExecutionControl,
     Gate,

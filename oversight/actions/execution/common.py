@@ -12,8 +12,8 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from audit.chain import append_event
 from oversight import dispatch
-from oversight.audit import append_event
 from oversight.models import (
     ExecutionControl,
 )

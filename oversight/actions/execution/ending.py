@@ -14,6 +14,7 @@ from django.db import connection, transaction
 from django.db.models import Exists
 from django.utils import timezone
 
+from audit.chain import append_event, case_chain
 from oversight import dispatch
 from oversight.actions.execution.cases import _end_case, finish_if_done
 from oversight.actions.execution.claiming import _claim_data, _release, _take, release_ready
@@ -29,7 +30,6 @@ from oversight.actions.execution.common import (
     retry_delay_s,
 )
 from oversight.actions.trust import record_outcome
-from oversight.audit import append_event, case_chain
 from oversight.models import (
     OPEN_GATE_STATUSES,
     ExecutionControl,

@@ -20,6 +20,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from audit.chain import append_event, case_chain
+from audit.models import AuditEvent
 from oversight import dispatch
 from oversight.actions.execution.cases import _end_case
 from oversight.actions.execution.common import (
@@ -29,9 +31,7 @@ from oversight.actions.execution.common import (
     max_deliveries,
     redispatch_after_s,
 )
-from oversight.audit import append_event, case_chain
 from oversight.goal_judge import JudgeAnswer, ask_judge, budget_s, judge_model, record_answer
-from oversight.models import AuditEvent
 from planning.models import Case, CaseStatus, PlanNode
 
 logger = logging.getLogger(__name__)

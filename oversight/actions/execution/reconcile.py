@@ -10,6 +10,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from audit.chain import append_event, case_chain
 from oversight.actions.execution.cases import finish_if_done
 from oversight.actions.execution.common import (
     LEAF,
@@ -25,7 +26,6 @@ from oversight.actions.execution.common import (
 )
 from oversight.actions.execution.ending import _apply_failure, _end_attempt
 from oversight.actions.execution.judging import resend_goal_judges
-from oversight.audit import append_event, case_chain
 from oversight.models import (
     OPEN_GATE_STATUSES,
     Gate,

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 
+from audit.chain import append_event, case_chain
 from observability.runs import leaf_run
 from oversight.actions.execution.claiming import claim_leaf, renew_lease
 from oversight.actions.execution.common import (
@@ -35,7 +36,6 @@ from oversight.actions.execution.ending import (
     fail_leaf,
     stop_at_safe_point,
 )
-from oversight.audit import append_event, case_chain
 from oversight.models import (
     LeafAttempt,
 )

@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 from pydantic import ValidationError
 
-from oversight.models import AuditEvent
+from audit.models import AuditEvent
 from planning import actions
 from planning.actions import CaseInvalid, submit_case
 from planning.catalogue import load_demo_erp

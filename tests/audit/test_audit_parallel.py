@@ -23,18 +23,18 @@ import pytest
 from django.db import connection, transaction
 
 import casehub_verify
+from audit import chain as audit
+from audit.chain import append_event, case_chain, check_chain, verify_events
+from audit.models import AuditChainHead, AuditEvent
 from casehub_verify import GENESIS_HASH, ChainVerifier, event_hash, format_time
-from oversight import audit
-from oversight.audit import append_event, case_chain, check_chain, verify_events
-from oversight.models import AuditChainHead, AuditEvent
-from tests.audit_triggers import audit_triggers_suspended
-from tests.oversight.test_audit_verify_fast import (
+from tests.audit.test_audit_verify_fast import (
     STORED_DATA,
     _one_by_one,
     _rows,
     _state,
     _tamper,
 )
+from tests.audit_triggers import audit_triggers_suspended
 
 # Stored rows: (seq, time, actor_kind, actor, action, data as JSON text, prev_hash, hash) -----
 
@@ -195,7 +195,7 @@ import django
 django.setup()
 from django.db import connection
 connection.settings_dict["NAME"] = sys.argv[1]
-from oversight import audit
+from audit import chain as audit
 audit.PARALLEL_MIN_EVENTS = 4
 assert threading.active_count() == 1, threading.enumerate()
 verifier = audit.check_chain(sys.argv[2], processes=int(sys.argv[3]))

@@ -3,7 +3,7 @@
 This module imports nothing of Django or the apps, only psycopg and `casehub_verify` (the chain
 rules), so that `python -m oversight.audit_scan` starts quickly: `oversight.audit.check_chain`
 runs it as a worker process that checks one part of a long chain while the app checks another,
-all parts read in one snapshot of the database (see `oversight.audit`). The worker reads a job
+all parts read in one snapshot of the database (see `audit.chain`). The worker reads a job
 (JSON) on stdin and writes the verifier's state (JSON) on stdout.
 
 Rows are read with a server-side cursor as plain values: `time` written by the server in the

@@ -22,10 +22,10 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from audit.chain import SYSTEM_CHAIN, append_event, check_chain
+from audit.models import AuditChainHead, AuditEvent
+from audit.signing import SigningKey, current_key, public_keys
 from casehub_verify import ChainProblem, ChainVerifier, canonical_json, ed25519_verify, format_time
-from oversight.audit import SYSTEM_CHAIN, append_event, check_chain
-from oversight.models import AuditChainHead, AuditEvent
-from oversight.signing import SigningKey, current_key, public_keys
 
 _CHAIN_NAME = re.compile(r"^[a-z]+(:[0-9]+)?$")
 ALERT_PROBLEMS_MAX = 20

@@ -5,7 +5,7 @@ import threading
 import pytest
 from django.db import connection, transaction
 
-from oversight.audit import (
+from audit.chain import (
     GENESIS_HASH,
     INSERT_BATCH,
     SYSTEM_CHAIN,
@@ -15,7 +15,7 @@ from oversight.audit import (
     case_chain,
     verify_chain,
 )
-from oversight.models import AuditChainHead, AuditEvent
+from audit.models import AuditChainHead, AuditEvent
 from tests import personas
 from tests.audit_triggers import audit_triggers_suspended
 

@@ -31,6 +31,8 @@ from django.utils import timezone
 from psycopg.conninfo import make_conninfo
 
 import casehub_verify
+from audit import scan as audit_scan
+from audit.models import ActorKind, AuditChainHead, AuditEvent
 from casehub_verify import (
     GENESIS_HASH,
     ChainProblem,
@@ -40,8 +42,6 @@ from casehub_verify import (
     format_time,
 )
 from observability.metrics import count_on_commit
-from oversight import audit_scan
-from oversight.models import ActorKind, AuditChainHead, AuditEvent
 
 __all__ = [
     "GENESIS_HASH",
@@ -327,7 +327,7 @@ def verify_events(events: Iterable[AuditEvent], chain: str) -> list[ChainProblem
 def check_chain(chain: str, *, processes: int | None = None) -> ChainVerifier:
     """Check one stored chain event by event and against its head; return what was found.
 
-    On PostgreSQL the events are read by `oversight.audit_scan` as rows of plain values, in one
+    On PostgreSQL the events are read by `audit.scan` as rows of plain values, in one
     snapshot with the head. A chain of at least PARALLEL_MIN_EVENTS events read outside a
     transaction is cut into `processes` parts (default: VERIFY_PROCESSES) checked at once, one
     here and each other in a worker process reading the same snapshot; a part's verifier
@@ -449,7 +449,7 @@ def _start_worker(job: dict[str, Any]) -> _Worker | None:
         if threading.active_count() == 1 and hasattr(os, "fork"):
             return _fork_worker(job)
         process = subprocess.Popen(
-            [sys.executable, "-m", "oversight.audit_scan"],
+            [sys.executable, "-m", "audit.scan"],
             cwd=_PROJECT_DIR,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import casehub_verify
+from audit.chain import append_event, case_chain, check_chain, verify_chain, verify_events
+from audit.models import AuditEvent
 from casehub_verify import EVENT_FIELDS, GENESIS_HASH, ChainVerifier, event_hash, event_text
-from oversight.audit import append_event, case_chain, check_chain, verify_chain, verify_events
-from oversight.models import AuditEvent
 from tests.audit_triggers import audit_triggers_suspended
 
 
@@ -420,7 +420,7 @@ def test_stored_hostile_events_verify_and_hash_as_the_body_always_did() -> None:
 def test_stored_data_decodes_as_the_model_field_decodes_it(text: str) -> None:
     from django.db import connection
 
-    from oversight.audit import _stored_data
+    from audit.chain import _stored_data
 
     field = AuditEvent._meta.get_field("data")
     expected = field.from_db_value(text, field.cached_col, connection)

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from oversight.anchors import write_checkpoints
+from audit.checkpoints import write_checkpoints
 
 
 class Command(BaseCommand):

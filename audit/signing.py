@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
 
+from audit.chain import SYSTEM_CHAIN, append_event
 from casehub_verify import key_fingerprint, parse_public_key
-from oversight.audit import SYSTEM_CHAIN, append_event
 
 CURRENT = "current"
 

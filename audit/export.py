@@ -24,11 +24,11 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
 import casehub_verify
+from audit.chain import SYSTEM_CHAIN, append_event, case_chain, event_record
+from audit.checkpoints import latest_checkpoint
+from audit.models import AuditChainHead, AuditEvent
+from audit.signing import SigningKey, current_key
 from casehub_verify import canonical_json
-from oversight.anchors import latest_checkpoint
-from oversight.audit import SYSTEM_CHAIN, append_event, case_chain, event_record
-from oversight.models import AuditChainHead, AuditEvent
-from oversight.signing import SigningKey, current_key
 
 CHUNK_SIZE = 2000
 # Spreadsheets run a cell that starts with one of these as a formula (OWASP's CSV injection list).

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from oversight.signing import rotate_signing_key
+from audit.signing import rotate_signing_key
 
 
 class Command(BaseCommand):

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 import casehub_verify
-from oversight.signing import public_keys
+from audit.signing import public_keys
 
 
 class Command(BaseCommand):

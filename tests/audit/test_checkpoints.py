@@ -13,12 +13,13 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 import casehub_verify
-from oversight import anchors, signing
-from oversight.audit import SYSTEM_CHAIN, append_event, case_chain, event_hash, verify_chain
-from oversight.export import export_case_bundle
-from oversight.models import AuditChainHead, AuditEvent
+from audit import checkpoints as anchors
+from audit import signing
+from audit.chain import SYSTEM_CHAIN, append_event, case_chain, event_hash, verify_chain
+from audit.export import export_case_bundle
+from audit.models import AuditChainHead, AuditEvent
 from tests import personas
-from tests.oversight.test_export import tamper
+from tests.audit.test_export import tamper
 
 pytestmark = pytest.mark.django_db
 EVENTS = AuditEvent._meta.db_table

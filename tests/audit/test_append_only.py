@@ -18,8 +18,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
 
-from oversight.audit import append_event, case_chain, verify_chain
-from oversight.models import AuditChainHead, AuditEvent
+from audit.chain import append_event, case_chain, verify_chain
+from audit.models import AuditChainHead, AuditEvent
 from tests.audit_triggers import audit_trigger_states
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from oversight.audit import append_event, case_chain, verify_chain
-from oversight.models import AuditChainHead, AuditEvent
+from audit.chain import append_event, case_chain, verify_chain
+from audit.models import AuditChainHead, AuditEvent
 from planning.models import Case
 from tests import personas
 from tests.conftest import ROOT, _database_url
@@ -32,7 +32,7 @@ WRITER = textwrap.dedent(
     django.setup()
     from django.db import connection, transaction
 
-    from oversight.audit import append_event
+    from audit.chain import append_event
 
     process, chain, actions = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     connection.ensure_connection()

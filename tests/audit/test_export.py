@@ -21,11 +21,11 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 import casehub_verify
+from audit import export, signing
+from audit.chain import SYSTEM_CHAIN, append_event, case_chain, event_hash, verify_chain
+from audit.export import FORMULA_PREFIXES, export_case_bundle, inert_cell
+from audit.models import AuditChainHead, AuditEvent
 from casehub_verify import BundleReport, verify_bundle
-from oversight import export, signing
-from oversight.audit import SYSTEM_CHAIN, append_event, case_chain, event_hash, verify_chain
-from oversight.export import FORMULA_PREFIXES, export_case_bundle, inert_cell
-from oversight.models import AuditChainHead, AuditEvent
 from tests import personas
 from tests.audit_triggers import audit_triggers_suspended
 
