@@ -1,6 +1,6 @@
-"""Production settings, as the README's "Running in production" sets them, pass Django's deploy
-check with warnings as failures (RELIABILITY W1); the check is not a formality: each missing
-hardening setting fails it."""
+"""Production settings, as "Running in production" in docs/operations.md sets them, pass Django's
+deploy check with warnings as failures (RELIABILITY W1); the check is not a formality: each
+missing hardening setting fails it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def production_env(var_dir: Path) -> dict[str, str]:
-    """Return the environment the README documents for production (no database is reached)."""
+    """Return the production environment of docs/operations.md (no database is reached)."""
     env = {
         key: value
         for key, value in os.environ.items()
