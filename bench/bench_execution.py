@@ -353,7 +353,7 @@ def _casehub(shape: str, out: Path, worker_pid: int) -> None:
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
 
-    from oversight import roles
+    from accounts import roles
     from oversight.tasks import ping
 
     roles.sync_roles()

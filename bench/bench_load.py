@@ -571,7 +571,7 @@ def _seed(out: Path, cases: int) -> None:
     from django.contrib.auth.models import Group
     from django.core.management import call_command
 
-    from oversight import roles
+    from accounts import roles
     from oversight.models import Gate, ReasonCode
     from planning.actions import materialise_plan, submit_case
     from planning.catalogue import load_demo_erp, sync_packs

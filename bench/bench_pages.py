@@ -191,7 +191,7 @@ def _seed(out: Path) -> None:
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
-    from oversight import roles
+    from accounts import roles
     from oversight.models import Gate, GateKind, GateStatus
     from planning.actions import materialise_plan, submit_case
     from planning.catalogue import load_demo_erp, sync_packs

@@ -45,19 +45,19 @@ from ninja.parser import Parser
 from ninja.security import HttpBearer
 from pydantic import ConfigDict
 
+from accounts import tokens as api_tokens
+from accounts.denials import record_denial
+from accounts.models import AccessDenial, ApiToken
+from accounts.throttling import throttled_response
 from oversight.actions import edits, gates
 from oversight.api import router as oversight_router
 from oversight.api.execution import router as execution_router
 from oversight.api.gates import router as gates_router
 from oversight.api.plans import router as plans_router
-from oversight.denials import record_denial
-from oversight.models import AccessDenial
-from oversight.throttling import throttled_response
 from planning import actions, rules
 from planning.api import Message, ServerError, ValidationMessage
 from planning.api import router as planning_router
 from planning.core.errors import flatten_errors
-from planning.models import ApiToken
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ class BearerToken(HttpBearer):
 
         The token itself is kept on the request (`request.api_token`) for DELETE /api/auth/token.
         """
-        found = actions.api_token_for(token)
+        found = api_tokens.api_token_for(token)
         if found is None:
             return None
         request.user = found.user
@@ -224,7 +224,7 @@ def _signed_in_docs(view: Callable[..., HttpResponse]) -> Callable[..., HttpResp
         if not request.user.is_authenticated:
             header = request.headers.get("Authorization", "")
             scheme, _, token = header.partition(" ")
-            user = actions.user_for_token(token.strip()) if scheme.lower() == "bearer" else None
+            user = api_tokens.user_for_token(token.strip()) if scheme.lower() == "bearer" else None
             if user is None or not user.is_active:
                 if request.path.endswith("/docs"):
                     return redirect_to_login(request.get_full_path())
@@ -444,7 +444,7 @@ def create_token(request: HttpRequest, credentials: TokenIn) -> Any:
     A user holds at most CASEHUB_API_TOKEN_MAX_PER_USER tokens: a new one beyond that revokes
     the oldest. 401 for a wrong username or password or an inactive account (one message for
     all; the failure is audited); 429 with Retry-After after too many failures for the account
-    or from the address (oversight.throttling).
+    or from the address (accounts.throttling).
     """
     # authenticate() sends user_login_failed on bad credentials, which the audit trail records;
     # django-axes refuses it before any password check once the account or address is locked.
@@ -456,8 +456,8 @@ def create_token(request: HttpRequest, credentials: TokenIn) -> Any:
         return throttled_response(request, credentials={"username": credentials.username})
     if user is None:
         return Status(401, {"message": "Invalid username or password."})
-    raw = actions.issue_api_token(user)
-    return Status(200, {"token": raw, "expires_at": actions.token_secret_expires_at(raw)})
+    raw = api_tokens.issue_api_token(user)
+    return Status(200, {"token": raw, "expires_at": api_tokens.token_secret_expires_at(raw)})
 
 
 def _token_info(token: ApiToken, current: ApiToken | None) -> dict[str, Any]:
@@ -465,7 +465,7 @@ def _token_info(token: ApiToken, current: ApiToken | None) -> dict[str, Any]:
         "id": token.pk,
         "created_at": token.created_at,
         "last_used_at": token.last_used_at,
-        "expires_at": actions.token_expires_at(token),
+        "expires_at": api_tokens.token_expires_at(token),
         "current": current is not None and token.pk == current.pk,
     }
 
@@ -479,7 +479,7 @@ def _token_info(token: ApiToken, current: ApiToken | None) -> dict[str, Any]:
 def list_tokens(request: HttpRequest) -> Any:
     """List the caller's tokens that have not expired, newest first."""
     current = getattr(request, "api_token", None)
-    tokens = actions.live_api_tokens(request.user)  # type: ignore[arg-type]
+    tokens = api_tokens.live_api_tokens(request.user)  # type: ignore[arg-type]
     return {"items": [_token_info(token, current) for token in tokens], "count": len(tokens)}
 
 
@@ -492,7 +492,7 @@ def list_tokens(request: HttpRequest) -> Any:
 def revoke_current_token(request: HttpRequest) -> Any:
     """Revoke the presented token (`auth.token.revoked`); it answers 401 from then on."""
     token: ApiToken = request.api_token  # type: ignore[attr-defined]
-    actions.revoke_api_token(request.user, token.pk)  # type: ignore[arg-type]
+    api_tokens.revoke_api_token(request.user, token.pk)  # type: ignore[arg-type]
     return Status(204, None)
 
 
@@ -508,8 +508,8 @@ def revoke_token(request: HttpRequest, token_id: int) -> Any:
     404 for an id that is not one of the caller's live tokens (another user's included).
     """
     try:
-        actions.revoke_api_token(request.user, token_id)  # type: ignore[arg-type]
-    except actions.TokenNotFound as exc:
+        api_tokens.revoke_api_token(request.user, token_id)  # type: ignore[arg-type]
+    except api_tokens.TokenNotFound as exc:
         raise Http404(str(exc)) from None
     return Status(204, None)
 

@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "ninja",
     "audit",
+    "accounts",
     "planning",
     "oversight",
 ]
@@ -405,7 +406,7 @@ CELERY_BEAT_SCHEDULE["admin-requests"] = {
 # Login throttling, sessions and tokens ------------------------------------------------------
 # django-axes counts failed sign-ins (/login/, the admin's login, POST /api/auth/token) per
 # username and per client address; past CASEHUB_LOGIN_FAILURE_LIMIT failures of either within
-# CASEHUB_LOGIN_COOLOFF_MINUTES the next attempts get 429 with Retry-After (oversight.throttling)
+# CASEHUB_LOGIN_COOLOFF_MINUTES the next attempts get 429 with Retry-After (accounts.throttling)
 # before any password is checked. Failures during a lockout do not extend it; a successful sign-in
 # does not reset the address's count (else one's own account would unlock guessing at others).
 INSTALLED_APPS += ["axes"]
@@ -425,13 +426,13 @@ AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_RESET_ON_SUCCESS = False
 AXES_CLIENT_IP_CALLABLE = "web.http.client_ip"
-AXES_LOCKOUT_CALLABLE = "oversight.throttling.throttled_response"
+AXES_LOCKOUT_CALLABLE = "accounts.throttling.throttled_response"
 AXES_HTTP_RESPONSE_CODE = 429
 # The audit trail records sign-ins and lockouts; axes's own admin (unaudited deletes) stays off.
 AXES_ENABLE_ADMIN = False
 AXES_DISABLE_ACCESS_LOG = True
 AXES_VERBOSE = False
-# Sessions: database-backed (oversight.actions.sessions ends a user's sessions by reading them),
+# Sessions: database-backed (accounts.sessions ends a user's sessions by reading them),
 # HttpOnly, Secure outside DEBUG and demo mode (SECURE_COOKIES above), SameSite=Lax, and ended
 # after CASEHUB_SESSION_IDLE_MINUTES without a request (use moves the expiry on every minute).
 SESSION_ENGINE = "django.contrib.sessions.backends.db"

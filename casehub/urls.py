@@ -10,6 +10,7 @@ from oversight import views as oversight_views
 
 urlpatterns = [
     path("", oversight_views.home, name="home"),
+    path("", include("accounts.urls")),
     path("", include("oversight.urls")),
     path("", include("planning.urls")),
     path("health", oversight_views.health, name="health"),

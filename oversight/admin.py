@@ -16,6 +16,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from accounts.tokens import revoke_api_tokens
 from audit.chain import SYSTEM_CHAIN, append_event
 from oversight.actions.execution import effective_trust
 from oversight.actions.gates import ReasonInvalid, active_policy
@@ -32,7 +33,6 @@ from oversight.actions.policies import (
 from oversight.forms import SETTING_HELP, PolicyActionForm, PolicyProposalForm, ReasonCodeForm
 from oversight.models import PolicyVersion, ReasonCode, TrustScore, WorkerHeartbeat
 from oversight.policy import PolicySettings, loosening
-from planning.actions import revoke_api_tokens
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -377,5 +377,3 @@ class AuditedPasswordChangeForm(PasswordChangeForm):
 admin.site.site_header = "CaseHub administration"
 admin.site.site_title = "CaseHub admin"
 admin.site.password_change_form = AuditedPasswordChangeForm
-
-from oversight import admin_users  # noqa: E402, F401

@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.apps import AppConfig
 
 
@@ -10,9 +12,16 @@ class OversightConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         from observability import collector, metrics
-        from oversight import checks, gauges, roles, signals  # noqa: F401 (checks registers itself)
+        from oversight import checks, gauges  # noqa: F401 (checks registers itself)
 
-        signals.connect()
         collector.register_database_readers(gauges.heartbeats, gauges.open_leaves)
         metrics.register_gate_times_reader(gauges.gate_times)
-        post_migrate.connect(roles.sync_roles_after_migrate, sender=self)
+        post_migrate.connect(_ensure_defaults, sender=self)
+
+
+def _ensure_defaults(sender: Any, **kwargs: Any) -> None:
+    # The reason codes and policy version 1 must exist after every migrate (accounts' roles are
+    # synced by its own post_migrate receiver, which runs first).
+    from oversight.defaults import ensure_defaults
+
+    ensure_defaults()

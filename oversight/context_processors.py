@@ -10,10 +10,10 @@ from django.db.models import BooleanField, Exists, F, Func, IntegerField, QueryS
 from django.http import HttpRequest
 from django.urls import reverse
 
+from accounts.roles import ROLES
 from oversight.models import ExecutionControl, WorkItem
 from oversight.quality import can_view_quality
 from oversight.queries import inbox_for, unread_notifications, work_items_for
-from oversight.roles import ROLES
 from planning import rules
 from planning.promotion import can_view_methods
 

@@ -188,7 +188,7 @@ def human_group(agent: Agent) -> str:
 
     A capability `group:<name>` names it; without one, the analysts (the case workers) do it.
     """
-    from oversight.roles import ANALYST
+    from accounts.roles import ANALYST
 
     for capability in agent.capabilities:
         if isinstance(capability, str) and capability.startswith("group:"):

@@ -10,11 +10,12 @@ from celery import shared_task
 from django.contrib.auth import get_user_model
 from django.db import connection
 
+from accounts import users
+from accounts.denials import flush_denials
 from audit.checkpoints import write_checkpoints
 from oversight import dispatch
-from oversight.actions import execution, gates, users
+from oversight.actions import execution, gates
 from oversight.actions.execution import judging, work_items
-from oversight.denials import flush_denials
 
 
 @shared_task(name="oversight.ping")

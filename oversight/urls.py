@@ -1,22 +1,11 @@
 from django.urls import path
 
 from oversight import views
-from oversight.views import account, execution, gates, quality, versions
+from oversight.views import execution, gates, quality, versions
 
 app_name = "oversight"
 
 urlpatterns = [
-    path("account/", account.account, name="account"),
-    path(
-        "account/log-out-everywhere",
-        account.account_log_out_everywhere,
-        name="account-log-out-everywhere",
-    ),
-    path(
-        "account/tokens/<int:token_id>/revoke",
-        account.account_token_revoke,
-        name="account-token-revoke",
-    ),
     path("inbox/", gates.inbox, name="inbox"),
     path("inbox/approve", gates.inbox_approve, name="inbox-approve"),
     path("gates/<int:gate_id>/", gates.gate_detail, name="gate-detail"),

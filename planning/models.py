@@ -344,20 +344,6 @@ class DecompositionCacheEntry(models.Model):
         return self.key[:12]
 
 
-class ApiToken(models.Model):
-    """A bearer token for the JSON API; only its SHA-256 is stored."""
-
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
-    )
-    key_hash = models.CharField(max_length=64, unique=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-
-    def __str__(self) -> str:
-        return f"token of {self.user_id}"
-
-
 # The invoice pack's demo ERP -----------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.contrib.auth.models import User as AccountUser
 from django.core.exceptions import PermissionDenied
 
+from accounts.roles import CONFIGURE, SUBMIT_CASE, VIEW_ALL_CASES, VIEW_AUDIT
 from planning.models import PACK_STRATEGIES, Strategy
 
 # -- field limits ---------------------------------------------------------------------------
@@ -34,10 +35,6 @@ INPUTS_MAX_ITEMS = 500
 
 # -- permissions ----------------------------------------------------------------------------
 
-SUBMIT_CASE = "oversight.submit_case"
-VIEW_ALL_CASES = "oversight.view_all_cases"
-VIEW_AUDIT = "oversight.view_audit"
-CONFIGURE = "oversight.configure"
 # Permissions that make a user one of the product's roles; anybody else reads nothing.
 ROLE_PERMISSIONS = (SUBMIT_CASE, VIEW_ALL_CASES, VIEW_AUDIT, CONFIGURE)
 

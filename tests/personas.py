@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser, Group
 
-from oversight import roles
+from accounts import roles
 
 PASSWORD = "correct-horse-battery-staple"
 

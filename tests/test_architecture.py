@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("web", "observability", "audit", "casehub", "planning", "oversight")
+APPS = ("web", "observability", "audit", "accounts", "casehub", "planning", "oversight")
 # Worker plumbing that is Celery by nature: the app itself and the heartbeat bootstep.
 CELERY_MODULES = {"casehub/celery.py", "oversight/worker.py"}
 PURE = ("planning.core", "planning.packs")
@@ -36,7 +36,7 @@ def _top(name: str) -> str:
 
 
 # The stack of STYLE.md, bottom to top: an app imports only itself and the apps below it.
-STACK = ("web", "observability", "audit", "planning", "oversight", "casehub")
+STACK = ("web", "observability", "audit", "accounts", "planning", "oversight", "casehub")
 
 
 def test_apps_import_only_downwards() -> None:

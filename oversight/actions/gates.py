@@ -20,6 +20,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from accounts.models import SigningState
 from audit.chain import SYSTEM_CHAIN, append_event, case_chain
 from oversight import notify
 from oversight.models import (
@@ -31,7 +32,6 @@ from oversight.models import (
     GateStatus,
     PolicyVersion,
     ReasonCode,
-    SigningState,
 )
 from oversight.policy import Classification, LeafFacts, PolicySettings, classify
 from planning.models import (

@@ -18,10 +18,10 @@ from ninja import Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
 from pydantic import ConfigDict
 
+from accounts.roles import ADMIN
 from oversight.actions import execution
 from oversight.models import ExecutionControl, WorkItem
 from oversight.queries import upstream_outputs_of, work_items_for
-from oversight.roles import ADMIN
 from oversight.runners import LeafError
 from planning import rules
 from planning.api import (

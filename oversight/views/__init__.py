@@ -32,16 +32,17 @@ from django.utils.http import urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from accounts import roles
+from accounts.denials import record_denial
+from accounts.models import AccessDenial
 from audit.chain import case_chain
 from audit.checkpoints import latest_checkpoint, verify_anchored_chain
 from audit.export import export_case_bundle
 from audit.models import AuditEvent
 from audit.signing import current_key_id, public_keys
-from oversight import roles
 from oversight.api import EXPORT_AUDIT
-from oversight.denials import record_denial
 from oversight.dispatch import broker_status
-from oversight.models import AccessDenial, WorkerHeartbeat
+from oversight.models import WorkerHeartbeat
 from oversight.queries import inbox_for
 from planning import rules
 from planning.models import Case, CaseStatus

@@ -193,7 +193,7 @@ def _not_found(request: HtmxHttpRequest, what: str, object_id: int) -> Http404:
     """Return the 404 for something the user may not see (or that does not exist), W4.
 
     The 404 handler records the attempt, aggregated per client and minute
-    (`oversight.denials`), so an id scan cannot flood the audit chain.
+    (`accounts.denials`), so an id scan cannot flood the audit chain.
     """
     return Http404(f"No such {what}")
 

@@ -174,7 +174,7 @@ def test_an_export_carries_the_checkpoint_and_a_rewritten_chain_fails_against_it
 def test_the_verify_endpoint_reports_a_rollback() -> None:
     from django.test import Client
 
-    from planning import actions
+    from accounts import tokens as api_tokens
     from planning.models import Case, Strategy
 
     analyst = personas.analyst()
@@ -184,7 +184,7 @@ def test_the_verify_endpoint_reports_a_rollback() -> None:
     _steps(case.pk, 4)
     anchors.write_checkpoints()
     _roll_back_to(case_chain(case.pk), 2)
-    token = actions.issue_api_token(personas.auditor())
+    token = api_tokens.issue_api_token(personas.auditor())
     body = (
         Client(headers={"Authorization": f"Bearer {token}"})
         .get(f"/api/audit/verify?case={case.pk}")

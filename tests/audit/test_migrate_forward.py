@@ -1,4 +1,5 @@
-"""A database made before the audit models moved apps migrates forward with nothing lost.
+"""A database made before the models moved apps (audit, accounts) migrates forward with nothing
+lost.
 
 The fixtures in tests/fixtures/premove/ are dumps (SQLite and PostgreSQL) of a database made at
 main before the move (commit ebc16b1): migrated, `seed_demo` run, two INV-1042 cases planned,
@@ -52,6 +53,15 @@ print(json.dumps({
     "refused": refused,
     "content_types": sorted(
         f"{t.app_label}.{t.model}" for t in ContentType.objects.filter(model__startswith="audit")
+    ),
+    "moved": sorted(
+        f"{t.app_label}.{t.model}"
+        for t in ContentType.objects.filter(
+            model__in=[
+                "apitoken", "signingstate", "accessdenial", "passwordresetrequest",
+                "rolegrantrequest",
+            ]
+        )
     ),
     "permissions": sorted(
         f"{p.content_type.app_label}.{p.codename}"
@@ -160,5 +170,12 @@ def test_a_database_made_before_the_move_migrates_forward_and_verifies(
     assert found["problems"] == {chain: [] for chain in CHAINS_BEFORE}
     assert found["refused"] is True
     assert found["content_types"] == ["audit.auditchainhead", "audit.auditevent"]
+    assert found["moved"] == [
+        "accounts.accessdenial",
+        "accounts.apitoken",
+        "accounts.passwordresetrequest",
+        "accounts.rolegrantrequest",
+        "accounts.signingstate",
+    ]
     assert "audit.view_auditevent" in found["permissions"]
     assert not [p for p in found["permissions"] if p.startswith("oversight.")]

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from accounts import roles
 from audit.chain import case_chain
 from audit.models import AuditEvent
 from bench.delay_proxy import ProxyThread
-from oversight import roles
 from oversight.actions import gates
 from oversight.actions.gates import DecisionInput
 from oversight.models import Gate, GateDecision, GateKind

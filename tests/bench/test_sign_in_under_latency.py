@@ -19,11 +19,11 @@ from django.conf import settings
 from django.db import connection
 from django.test import Client
 
+from accounts import users
+from accounts.models import ApiToken
 from audit.chain import SYSTEM_CHAIN, verify_chain
 from audit.models import AuditEvent
 from bench.delay_proxy import ProxyThread
-from oversight.actions import users
-from planning.models import ApiToken
 from tests import personas
 
 CLIENTS = 6  # signing in, and as many taking tokens, at once

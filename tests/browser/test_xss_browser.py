@@ -160,7 +160,7 @@ def _work_item(case: Case) -> str:
     from django.contrib.auth.models import Group
     from django.utils import timezone
 
-    from oversight.roles import OFFICER
+    from accounts.roles import OFFICER
 
     now = timezone.now()
     item, _ = WorkItem.objects.get_or_create(

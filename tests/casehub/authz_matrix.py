@@ -58,9 +58,9 @@ TABLE = """
 # route key                                       anon ana  ana2 off  sup  aud  adm  out
 # Pages and partials
 home                                              401  ok   ok   ok   ok   ok   ok   ok
-oversight:account                                 401  ok   ok   ok   ok   ok   ok   ok
-oversight:account-log-out-everywhere              401  ok   ok   ok   ok   ok   ok   ok
-oversight:account-token-revoke                    401  ok   404  404  404  404  404  404
+accounts:account                                 401  ok   ok   ok   ok   ok   ok   ok
+accounts:account-log-out-everywhere              401  ok   ok   ok   ok   ok   ok   ok
+accounts:account-token-revoke                    401  ok   404  404  404  404  404  404
 oversight:inbox                                   401  ok   ok   ok   ok   ok   ok   ok hx=inbox-table
 oversight:inbox-approve                           401  403  404  ok   403  403  404  404
 oversight:gate-detail                             401  ok   404  ok   ok   ok   404  404
@@ -161,18 +161,18 @@ admin:auth_group_history                          401  401  401  401  401  401  
 admin:auth_group_delete                           401  401  401  401  401  401  403  401
 admin:auth_group_change                           401  401  401  401  401  401  ok   401 post=admin:403
 admin/auth/group/<path:object_id>/                401  401  401  401  401  401  ok   401
-admin:oversight_passwordresetrequest_changelist   401  401  401  401  401  401  ok   401
-admin:oversight_passwordresetrequest_add          401  401  401  401  401  401  403  401
-admin:oversight_passwordresetrequest_history      401  401  401  401  401  401  ok   401
-admin:oversight_passwordresetrequest_delete       401  401  401  401  401  401  403  401
-admin:oversight_passwordresetrequest_change       401  401  401  401  401  401  ok   401 post=admin:403
-admin/oversight/passwordresetrequest/<path:object_id>/ 401  401  401  401  401  401  ok   401
-admin:oversight_rolegrantrequest_changelist       401  401  401  401  401  401  ok   401
-admin:oversight_rolegrantrequest_add              401  401  401  401  401  401  403  401
-admin:oversight_rolegrantrequest_history          401  401  401  401  401  401  ok   401
-admin:oversight_rolegrantrequest_delete           401  401  401  401  401  401  403  401
-admin:oversight_rolegrantrequest_change           401  401  401  401  401  401  ok   401 post=admin:403
-admin/oversight/rolegrantrequest/<path:object_id>/ 401  401  401  401  401  401  ok   401
+admin:accounts_passwordresetrequest_changelist   401  401  401  401  401  401  ok   401
+admin:accounts_passwordresetrequest_add          401  401  401  401  401  401  403  401
+admin:accounts_passwordresetrequest_history      401  401  401  401  401  401  ok   401
+admin:accounts_passwordresetrequest_delete       401  401  401  401  401  401  403  401
+admin:accounts_passwordresetrequest_change       401  401  401  401  401  401  ok   401 post=admin:403
+admin/accounts/passwordresetrequest/<path:object_id>/ 401  401  401  401  401  401  ok   401
+admin:accounts_rolegrantrequest_changelist       401  401  401  401  401  401  ok   401
+admin:accounts_rolegrantrequest_add              401  401  401  401  401  401  403  401
+admin:accounts_rolegrantrequest_history          401  401  401  401  401  401  ok   401
+admin:accounts_rolegrantrequest_delete           401  401  401  401  401  401  403  401
+admin:accounts_rolegrantrequest_change           401  401  401  401  401  401  ok   401 post=admin:403
+admin/accounts/rolegrantrequest/<path:object_id>/ 401  401  401  401  401  401  ok   401
 admin:oversight_trustscore_changelist             401  401  401  401  401  401  ok   401
 admin:oversight_trustscore_add                    401  401  401  401  401  401  403  401
 admin:oversight_trustscore_history                401  401  401  401  401  401  ok   401

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from accounts import tokens as api_tokens
 from audit.models import AuditEvent
-from planning import actions, rules
+from planning import rules
 from planning.models import Case
 from tests import personas
 
@@ -42,7 +43,7 @@ INVOICE_CASE: dict[str, Any] = {
 def _client(user: Any | None = None) -> Client:
     if user is None:
         return Client()
-    return Client(headers={"Authorization": f"Bearer {actions.issue_api_token(user)}"})
+    return Client(headers={"Authorization": f"Bearer {api_tokens.issue_api_token(user)}"})
 
 
 def _analyst() -> Client:

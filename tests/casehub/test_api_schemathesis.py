@@ -28,6 +28,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from accounts import tokens as api_tokens
 from casehub.api import api
 from planning import actions
 from planning.models import CaseStatus
@@ -100,7 +101,7 @@ def analyst_with_a_plan(django_capture_on_commit_callbacks: Any) -> tuple[dict[s
     actions.materialise_plan(case.pk)
     case.refresh_from_db()
     assert case.status == CaseStatus.AWAITING_APPROVAL, case.error
-    return {"Authorization": f"Bearer {actions.issue_api_token(analyst)}"}, case.pk
+    return {"Authorization": f"Bearer {api_tokens.issue_api_token(analyst)}"}, case.pk
 
 
 def test_every_documented_operation_is_fuzzed() -> None:

@@ -40,10 +40,11 @@ from django.test.utils import CaptureQueriesContext, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
+from accounts import roles, users
+from accounts import tokens as api_tokens
+from accounts.models import ApiToken
 from audit.models import AuditEvent
 from audit.signing import current_key
-from oversight import roles
-from oversight.actions import users
 from oversight.actions.edits import edit_plan
 from oversight.models import (
     OPEN_GATE_STATUSES,
@@ -55,9 +56,8 @@ from oversight.models import (
     WorkerHeartbeat,
     WorkItem,
 )
-from planning import actions
 from planning.catalogue import sync_packs
-from planning.models import ApiToken, Case, PlanNode, PromotedMethod
+from planning.models import Case, PlanNode, PromotedMethod
 from planning.promoted import method_hash
 from tests import personas
 from tests.casehub.authz_matrix import MATRIX, PERSONAS, Row, format_row
@@ -208,7 +208,7 @@ def world(django_db_setup: None, django_db_blocker: Any) -> Iterator[World]:
             client = Client()
             client.force_login(user)
             sessions[name] = client.cookies[settings.SESSION_COOKIE_NAME].value
-            tokens[name] = actions.issue_api_token(user)  # type: ignore[arg-type]
+            tokens[name] = api_tokens.issue_api_token(user)  # type: ignore[arg-type]
         arguments = {
             "case_id": str(case.pk),
             "node_id": str(node.pk),

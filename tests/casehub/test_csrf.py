@@ -18,8 +18,9 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
-from oversight.models import AccessDenial, Gate, GateDecision, GateKind
-from planning import actions
+from accounts import tokens as api_tokens
+from accounts.models import AccessDenial
+from oversight.models import Gate, GateDecision, GateKind
 from planning.models import Case
 from tests import personas
 from tests.cases import planned_invoice_case
@@ -155,7 +156,7 @@ def test_a_bearer_token_needs_no_csrf_token() -> None:
     analyst = personas.analyst()
     client = Client(
         enforce_csrf_checks=True,
-        headers={"Authorization": f"Bearer {actions.issue_api_token(analyst)}"},  # type: ignore[arg-type]
+        headers={"Authorization": f"Bearer {api_tokens.issue_api_token(analyst)}"},  # type: ignore[arg-type]
     )
     response = _json(client, "/api/cases", CASE, Origin=FORGED_ORIGIN)
     assert response.status_code < 300, response.content

@@ -16,8 +16,8 @@ from django.http import HttpRequest, HttpResponse
 from django.test import Client, override_settings
 from django.urls import path
 
+from accounts import tokens as api_tokens
 from casehub import urls as root_urls
-from planning import actions
 from tests import personas
 from tests.cases import planned_invoice_case
 
@@ -74,7 +74,7 @@ def _kinds_of_answer() -> list[tuple[str, HttpResponse, int, bool]]:
     analyst = personas.analyst()
     case = planned_invoice_case(analyst)
     page_client = _signed_in(analyst)
-    token = actions.issue_api_token(analyst)
+    token = api_tokens.issue_api_token(analyst)
     api = Client(raise_request_exception=False, headers={"Authorization": f"Bearer {token}"})
     return [
         ("login page", Client().get("/login/"), 200, True),
@@ -150,7 +150,7 @@ def test_the_api_docs_and_document_need_a_signed_in_user() -> None:
     analyst = personas.analyst()
     assert _signed_in(analyst).get("/api/docs").status_code == 200
     assert "/api/cases" in _signed_in(analyst).get("/api/openapi.json").json()["paths"]
-    token = actions.issue_api_token(analyst)
+    token = api_tokens.issue_api_token(analyst)
     with_token = Client(headers={"Authorization": f"Bearer {token}"})
     assert "/api/cases" in with_token.get("/api/openapi.json").json()["paths"]
 

@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from accounts import tokens as api_tokens
+from accounts.denials import DENIED, SUMMARY, flush_denials
+from accounts.models import AccessDenial, ApiToken
 from audit.chain import SYSTEM_CHAIN
 from audit.models import AuditEvent
-from oversight.denials import DENIED, SUMMARY, flush_denials
-from oversight.models import AccessDenial, Gate, GateDecision, GateKind, Notification
-from planning import actions
-from planning.models import ApiToken, PlanNode
+from oversight.models import Gate, GateDecision, GateKind, Notification
+from planning.models import PlanNode
 from tests import personas
 from tests.cases import planned_invoice_case
 
@@ -63,7 +64,7 @@ def _ids(case: Any, missing: bool = False) -> dict[str, int]:
         return {"case": MISSING, "node": MISSING, "gate": MISSING, "token": MISSING}
     node = PlanNode.objects.filter(version=case.current_version, kind="leaf").first()
     gate = Gate.objects.get(case=case, kind=GateKind.PLAN)
-    actions.issue_api_token(case.submitter)
+    api_tokens.issue_api_token(case.submitter)
     token = ApiToken.objects.filter(user=case.submitter).first()
     assert node is not None and token is not None
     return {"case": case.pk, "node": node.pk, "gate": gate.pk, "token": token.pk}
@@ -72,7 +73,7 @@ def _ids(case: Any, missing: bool = False) -> dict[str, int]:
 def _as_bob(path: str) -> Client:
     bob = personas.analyst("bob")
     if path.startswith("/api/"):
-        return Client(headers={"Authorization": f"Bearer {actions.issue_api_token(bob)}"})
+        return Client(headers={"Authorization": f"Bearer {api_tokens.issue_api_token(bob)}"})
     client = Client()
     client.force_login(bob)
     return client

@@ -12,6 +12,7 @@ from django.core.cache import cache
 from django.test import Client
 from django.utils import timezone
 
+from accounts import tokens as api_tokens
 from audit.models import AuditEvent
 from planning import actions
 from planning.actions import RATE_LIMITED
@@ -48,7 +49,7 @@ def _small_rates(settings: Any, fake_openai: Any) -> Iterator[None]:
 
 
 def _api(user: Any) -> Client:
-    return Client(headers={"Authorization": f"Bearer {actions.issue_api_token(user)}"})
+    return Client(headers={"Authorization": f"Bearer {api_tokens.issue_api_token(user)}"})
 
 
 def _submit(client: Client, body: dict[str, Any]) -> Any:

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from accounts import roles
 from audit.chain import append_event
-from oversight import roles
 from tests import personas
 
 pytestmark = pytest.mark.django_db

@@ -10,10 +10,10 @@ import pytest
 from django.test import Client
 
 import casehub_verify
+from accounts import tokens as api_tokens
 from audit import signing
 from audit.chain import SYSTEM_CHAIN, append_event, case_chain
 from audit.models import AuditEvent
-from planning import actions
 from planning.models import Case, Strategy
 from tests import personas
 from tests.audit.test_export import tamper
@@ -32,7 +32,7 @@ def _key_dir(settings: Any, tmp_path: Path) -> None:
 
 
 def _client(user: Any) -> Client:
-    return Client(headers={"Authorization": f"Bearer {actions.issue_api_token(user)}"})
+    return Client(headers={"Authorization": f"Bearer {api_tokens.issue_api_token(user)}"})
 
 
 def _case(submitter: Any, events: int = 3) -> Case:
@@ -156,7 +156,7 @@ def test_an_edited_event_makes_verification_fail_at_its_seq() -> None:
 def test_an_auditors_export_and_verification_answer_as_documented(label: str) -> None:
     # The fuzzer signs in as an analyst, who gets 403 here: check the auditor's 200 as well.
     case = _case(personas.analyst())
-    headers = {"Authorization": f"Bearer {actions.issue_api_token(personas.auditor())}"}
+    headers = {"Authorization": f"Bearer {api_tokens.issue_api_token(personas.auditor())}"}
     operation = SCHEMA.find_operation_by_label(label)
     assert operation is not None
     response = operation.Case(query={"case": case.pk}).call_and_validate(

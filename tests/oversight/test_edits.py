@@ -10,15 +10,15 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from accounts import roles
+from accounts import tokens as api_tokens
 from audit.chain import case_chain, verify_chain
 from audit.models import AuditEvent
-from oversight import roles
 from oversight.actions import gates
 from oversight.actions.edits import EditInvalid, EditRefused, edit_plan
 from oversight.actions.gates import DecisionDenied, DecisionInput, ReasonInvalid
 from oversight.models import Gate, GateKind, GateStatus, Notification
 from oversight.queries import inbox_for
-from planning import actions
 from planning.actions import materialise_plan, submit_case
 from planning.core.dag import DagPlan
 from planning.core.tree import Compound, Leaf, Provenance
@@ -88,7 +88,7 @@ def _edit(case: Case, user: Any, node: str, changes: dict[str, Any], **extra: An
 
 
 def _api(user: Any) -> Client:
-    return Client(headers={"Authorization": f"Bearer {actions.issue_api_token(user)}"})
+    return Client(headers={"Authorization": f"Bearer {api_tokens.issue_api_token(user)}"})
 
 
 def _post_edit(client: Client, case: Case, body: dict[str, Any]) -> Any:

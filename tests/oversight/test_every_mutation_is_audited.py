@@ -31,9 +31,10 @@ from django.test import Client, RequestFactory
 from django.urls import reverse
 from django.utils import timezone
 
+from accounts import roles, users
+from accounts import tokens as api_tokens
+from accounts.models import PasswordResetRequest, SigningState
 from audit.models import AuditEvent
-from oversight import roles
-from oversight.actions import users
 from oversight.actions.execution import set_stopped
 from oversight.actions.gates import active_policy
 from oversight.actions.policies import propose_policy
@@ -42,14 +43,11 @@ from oversight.models import (
     Gate,
     GateKind,
     GateRisk,
-    PasswordResetRequest,
     ReasonCode,
-    SigningState,
     TrustScore,
     WorkerHeartbeat,
     WorkItem,
 )
-from planning import actions
 from planning.catalogue import sync_packs
 from planning.models import Agent, Case, DomainPack, PlanNode, PromotedMethod, Tool
 from planning.promotion import approve_method, propose_method
@@ -400,13 +398,13 @@ def _pending_reset() -> PasswordResetRequest:
 def _reset_decision(action: str) -> Callable[[User | None], Req]:
     def prepare(user: User | None) -> Req:
         data = {"action": action, "_selected_action": [_pending_reset().pk]}
-        return Req(reverse("admin:oversight_passwordresetrequest_changelist"), data)
+        return Req(reverse("admin:accounts_passwordresetrequest_changelist"), data)
 
     return prepare
 
 
 def _pending_grant() -> Any:
-    # A sensitive role for a user waits for a second admin (oversight.actions.users).
+    # A sensitive role for a user waits for a second admin (accounts.users).
     pending = users.set_roles(
         _user(personas.admin, "alice"), _user(personas.analyst, "bea"), [roles.OFFICER]
     )
@@ -417,7 +415,7 @@ def _pending_grant() -> Any:
 def _grant_decision(action: str) -> Callable[[User | None], Req]:
     def prepare(user: User | None) -> Req:
         data = {"action": action, "_selected_action": [_pending_grant().pk], "reason": "no need"}
-        return Req(reverse("admin:oversight_rolegrantrequest_changelist"), data)
+        return Req(reverse("admin:accounts_rolegrantrequest_changelist"), data)
 
     return prepare
 
@@ -447,14 +445,14 @@ def _api_token(user: User | None) -> Req:
 
 def _own_token_revoke(user: User | None) -> Req:
     assert user is not None
-    actions.issue_api_token(user)
+    api_tokens.issue_api_token(user)
     token = user.api_tokens.get()
-    return Req(reverse("oversight:account-token-revoke", args=[token.pk]))
+    return Req(reverse("accounts:account-token-revoke", args=[token.pk]))
 
 
 def _api_token_by_id(user: User | None) -> Req:
     assert user is not None
-    actions.issue_api_token(user)
+    api_tokens.issue_api_token(user)
     token = user.api_tokens.get()
     return Req(f"/api/auth/tokens/{token.pk}", json=True, method="delete")
 
@@ -570,7 +568,7 @@ def _method_step(step: str) -> Callable[[User | None], Req]:
 
 
 AUDITED: dict[str, Audited] = {
-    # Sign-in and sign-out: written by the auth signals (oversight.signals).
+    # Sign-in and sign-out: written by the auth signals (accounts.signals).
     "login": Audited(None, _login("/login/", personas.analyst), "auth.login.succeeded"),
     "logout": Audited("analyst", lambda user: Req(reverse("logout")), "auth.logout"),
     "admin:login": Audited(
@@ -582,13 +580,13 @@ AUDITED: dict[str, Audited] = {
         _own_password,
         "auth.user.password_changed",
     ),
-    # The user's own sessions and tokens (oversight.actions.sessions, planning.actions).
-    "oversight:account-log-out-everywhere": Audited(
+    # The user's own sessions and tokens (accounts.sessions, planning.actions).
+    "accounts:account-log-out-everywhere": Audited(
         "analyst",
-        lambda user: Req(reverse("oversight:account-log-out-everywhere")),
+        lambda user: Req(reverse("accounts:account-log-out-everywhere")),
         "security.sessions.ended",
     ),
-    "oversight:account-token-revoke": Audited("analyst", _own_token_revoke, "auth.token.revoked"),
+    "accounts:account-token-revoke": Audited("analyst", _own_token_revoke, "auth.token.revoked"),
     # Review.
     "oversight:inbox-approve": Audited(
         "officer",
@@ -654,16 +652,16 @@ AUDITED: dict[str, Audited] = {
     "admin:auth_user_changelist action=unlock_signing_selected": Audited(
         "admin", _unlock, "security.signing.unlocked"
     ),
-    "admin:oversight_passwordresetrequest_changelist action=approve_selected": Audited(
+    "admin:accounts_passwordresetrequest_changelist action=approve_selected": Audited(
         "admin", _reset_decision("approve_selected"), "auth.password_reset.approved"
     ),
-    "admin:oversight_passwordresetrequest_changelist action=reject_selected": Audited(
+    "admin:accounts_passwordresetrequest_changelist action=reject_selected": Audited(
         "admin", _reset_decision("reject_selected"), "auth.password_reset.rejected"
     ),
-    "admin:oversight_rolegrantrequest_changelist action=approve_selected": Audited(
+    "admin:accounts_rolegrantrequest_changelist action=approve_selected": Audited(
         "admin", _grant_decision("approve_selected"), "auth.role_grant.approved"
     ),
-    "admin:oversight_rolegrantrequest_changelist action=reject_selected": Audited(
+    "admin:accounts_rolegrantrequest_changelist action=reject_selected": Audited(
         "admin", _grant_decision("reject_selected"), "auth.role_grant.rejected"
     ),
     # The API.
@@ -751,7 +749,7 @@ def test_each_mutating_route_writes_its_event(key: str) -> None:
     if user is None:
         client = Client()
     elif entry.api:
-        client = Client(headers={"Authorization": f"Bearer {actions.issue_api_token(user)}"})
+        client = Client(headers={"Authorization": f"Bearer {api_tokens.issue_api_token(user)}"})
     else:
         client = Client()
         client.force_login(user)
@@ -812,7 +810,7 @@ def _an_object(model: type[Model]) -> Model:
         return WorkerHeartbeat.objects.create(hostname="w1", pid=1, started_at=now, last_seen=now)
     if model is PasswordResetRequest:
         return _pending_reset()
-    if model._meta.label == "oversight.RoleGrantRequest":
+    if model._meta.label == "accounts.RoleGrantRequest":
         return _pending_grant()
     if model is TrustScore:
         agent = Agent.objects.order_by("slug").first()

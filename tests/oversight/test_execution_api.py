@@ -10,10 +10,10 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from accounts import tokens as api_tokens
 from audit.models import AuditEvent
 from oversight.actions import execution
 from oversight.models import WorkItem
-from planning import actions
 from planning.models import CaseStatus, NodeStatus, PlanNode
 from tests import personas
 from tests.cases import planned_invoice_case
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 
 
 def api(user: Any) -> Client:
-    return Client(headers={"Authorization": f"Bearer {actions.issue_api_token(user)}"})
+    return Client(headers={"Authorization": f"Bearer {api_tokens.issue_api_token(user)}"})
 
 
 def post(client: Client, url: str, body: dict[str, Any]) -> Any:

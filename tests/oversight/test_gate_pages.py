@@ -12,19 +12,11 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from accounts import roles
+from accounts.models import AccessDenial, SigningState
 from audit.chain import case_chain
 from audit.models import AuditEvent
-from oversight import roles
-from oversight.models import (
-    AccessDenial,
-    Gate,
-    GateDecision,
-    GateKind,
-    GateRisk,
-    GateStatus,
-    Notification,
-    SigningState,
-)
+from oversight.models import Gate, GateDecision, GateKind, GateRisk, GateStatus, Notification
 from planning.models import Case, CaseStatus, PlanNode, PlanVersion
 from tests import personas
 from tests.cases import planned_invoice_case
@@ -422,7 +414,7 @@ def test_an_analyst_gets_404_for_another_analysts_gate(analyst: Any) -> None:
     assert approve(client, gate).status_code == 404
     assert client.get(reverse("oversight:case-gates", args=[gate.case_id])).status_code == 404
     assert client.get(reverse("oversight:gate-detail", args=[gate.pk + 999])).status_code == 404
-    # Recorded once for the minute (then counted and summarised: oversight.denials).
+    # Recorded once for the minute (then counted and summarised: accounts.denials).
     attempts = AuditEvent.objects.filter(action="security.access.denied", actor_user=analyst)
     assert [(e.data["kind"], e.data["path"]) for e in attempts] == [
         ("not_found", reverse("oversight:gate-detail", args=[gate.pk]))

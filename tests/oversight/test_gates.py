@@ -14,13 +14,13 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
+from accounts import roles
+from accounts import tokens as api_tokens
 from audit.chain import case_chain, verify_chain
 from audit.models import AuditEvent
-from oversight import roles
 from oversight.actions import gates
 from oversight.actions.gates import DecisionInput
 from oversight.models import Gate, GateDecision, GateKind, GateStatus, Notification
-from planning import actions
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
 from tests import personas
 from tests.cases import planned_invoice_case
@@ -46,7 +46,7 @@ def _events(case: Case, action: str) -> list[AuditEvent]:
 
 
 def _api(user: Any) -> Client:
-    return Client(headers={"Authorization": f"Bearer {actions.issue_api_token(user)}"})
+    return Client(headers={"Authorization": f"Bearer {api_tokens.issue_api_token(user)}"})
 
 
 # Opening -------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from accounts.tokens import issue_api_token
 from audit.models import AuditEvent
 from oversight import dispatch, tasks
 from oversight.actions import execution
@@ -41,7 +42,7 @@ from oversight.goal_judge import (
     judge_messages,
 )
 from oversight.models import Gate, GateKind, GateStatus, ReasonCode
-from planning.actions import issue_api_token, materialise_plan, submit_case
+from planning.actions import materialise_plan, submit_case
 from planning.catalogue import sync_packs
 from planning.models import Case, CaseStatus, LlmCall, PlanNode
 from tests.fakes.execution_pack import SLUG

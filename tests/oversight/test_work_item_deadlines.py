@@ -16,13 +16,13 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from accounts import roles
+from accounts import tokens as api_tokens
 from audit.chain import case_chain, verify_chain
 from audit.models import AuditEvent
-from oversight import roles
 from oversight.actions import execution
 from oversight.actions.execution.work_items import sweep_work_items
 from oversight.models import LeafAttempt, Notification, WorkItem
-from planning import actions
 from planning.models import NodeStatus, PlanNode
 from tests import personas
 from tests.lock_order import sweep_while_the_chain_head_is_held
@@ -38,7 +38,7 @@ def _events(item: WorkItem, action: str) -> list[AuditEvent]:
 
 
 def _api(user: Any) -> Client:
-    return Client(headers={"Authorization": f"Bearer {actions.issue_api_token(user)}"})
+    return Client(headers={"Authorization": f"Bearer {api_tokens.issue_api_token(user)}"})
 
 
 def _complete(user: Any, item: WorkItem) -> Any:

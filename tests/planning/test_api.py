@@ -10,19 +10,11 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from accounts import tokens as api_tokens
+from accounts.models import ApiToken
 from audit.models import AuditEvent
 from observability.metrics import EventCount
-from planning import actions
-from planning.models import (
-    Agent,
-    ApiToken,
-    Case,
-    CaseStatus,
-    NodeStatus,
-    PlanNode,
-    PlanVersion,
-    Strategy,
-)
+from planning.models import Agent, Case, CaseStatus, NodeStatus, PlanNode, PlanVersion, Strategy
 from tests import personas
 
 pytestmark = pytest.mark.django_db
@@ -47,7 +39,7 @@ INVOICE_CASE = {
 
 def _client(user: Any | None = None, *, token: str | None = None) -> Client:
     if user is not None:
-        token = actions.issue_api_token(user)
+        token = api_tokens.issue_api_token(user)
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     return Client(headers=headers)
 

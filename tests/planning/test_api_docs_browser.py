@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from planning import actions
+from accounts import tokens as api_tokens
 from tests import personas
 from tests.browser.test_case_flow import _log_in
 
@@ -26,7 +26,7 @@ def test_the_api_docs_render_from_local_assets_and_call_the_api_under_the_csp(
     page: Any, live_server: Any
 ) -> None:
     analyst = personas.analyst()
-    token = actions.issue_api_token(analyst)
+    token = api_tokens.issue_api_token(analyst)
     messages: list[str] = []
     requests: list[str] = []
     page.add_init_script(RECORD_VIOLATIONS)

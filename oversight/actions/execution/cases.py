@@ -151,8 +151,8 @@ def cancel_case(*, case_id: int, user: User, reason_code: str, reason: str = "")
     """
     from django.core.exceptions import PermissionDenied
 
+    from accounts.roles import ADMIN, OFFICER, SUPERVISOR
     from oversight.actions.gates import check_reason
-    from oversight.roles import ADMIN, OFFICER, SUPERVISOR
 
     code = check_reason(reason_code, "cancel", required=True)
     case = Case.objects.select_for_update().get(pk=case_id)

@@ -13,8 +13,8 @@ from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from accounts import roles
 from audit.chain import append_event
-from oversight import roles
 from planning.catalogue import load_demo_erp, sync_packs
 
 DEMO_USERS: tuple[tuple[str, str, str], ...] = (

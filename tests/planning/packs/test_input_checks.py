@@ -10,8 +10,8 @@ from django.test import Client
 from django.urls import reverse
 from pydantic import ValidationError
 
+from accounts import tokens as api_tokens
 from audit.models import AuditEvent
-from planning import actions
 from planning.actions import CaseInvalid, submit_case
 from planning.catalogue import load_demo_erp
 from planning.models import Case, ErpInvoiceDocument
@@ -181,7 +181,7 @@ def test_every_invalid_field_is_reported_at_once(erp: None) -> None:
 
 def test_the_api_answers_an_unknown_invoice_with_a_422_in_the_same_words(erp: None) -> None:
     client = Client(
-        headers={"Authorization": f"Bearer {actions.issue_api_token(personas.analyst())}"}
+        headers={"Authorization": f"Bearer {api_tokens.issue_api_token(personas.analyst())}"}
     )
     body = {
         "title": "Check INV-9999",

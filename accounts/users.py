@@ -32,13 +32,12 @@ from django.core.exceptions import PermissionDenied
 from django.db import connection, transaction
 from django.utils import timezone
 
+from accounts import sessions
+from accounts import tokens as api_tokens
+from accounts.models import PasswordResetRequest, RoleGrantRequest, SigningState
+from accounts.roles import ADMIN, AUDITOR, CONFIGURE, OFFICER, ROLES, SUPERVISOR
 from audit.chain import SYSTEM_CHAIN, append_event
 from audit.models import AuditEvent
-from oversight.actions import sessions
-from oversight.models import PasswordResetRequest, RoleGrantRequest, SigningState
-from oversight.roles import ADMIN, AUDITOR, OFFICER, ROLES, SUPERVISOR
-from planning import actions as planning_actions
-from planning.rules import CONFIGURE
 
 # Roles an admin may only grant, and whose holders' password an admin may only reset, with a
 # second admin's approval. The admin role is one: an admin who could reset another admin's
@@ -50,7 +49,7 @@ ROLE_GRANT_LIFETIME = PASSWORD_RESET_LIFETIME
 # The user fields change_user may set.
 PROFILE_FIELDS = ("username", "first_name", "last_name", "email", "is_active")
 
-# True while one of these use cases runs: the signal receivers of oversight.signals then leave
+# True while one of these use cases runs: the signal receivers of accounts.signals then leave
 # the recording to the use case, which writes one richer event.
 _in_user_action: ContextVar[bool] = ContextVar("oversight_in_user_action", default=False)
 
@@ -97,7 +96,7 @@ class RoleGrantConflict(Exception):
 
 
 def role_names(user: User) -> list[str]:
-    """Return the user's role groups, in the order of oversight.roles.ROLES."""
+    """Return the user's role groups, in the order of accounts.roles.ROLES."""
     names = set(user.groups.values_list("name", flat=True))
     return [role for role in ROLES if role in names]
 
@@ -372,7 +371,7 @@ def _revoke_tokens(admin: User, user: User, *, why: str) -> None:
     # A token outlives no change of who the user is (O9), and neither does a session: a
     # deactivated user's session would come back on reactivation, a demoted user's would keep
     # whatever the page had open. Both are ended here, each change audited.
-    planning_actions.revoke_api_tokens(user, actor=admin, why=why)
+    api_tokens.revoke_api_tokens(user, actor=admin, why=why)
     sessions.end_all_sessions(user, actor=admin, why=why)
 
 

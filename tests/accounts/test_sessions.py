@@ -20,9 +20,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from accounts import tokens as api_tokens
+from accounts import users
 from audit.models import AuditEvent
-from oversight.actions import users
-from planning import actions
 from tests import personas
 
 pytestmark = pytest.mark.django_db
@@ -49,7 +49,7 @@ def _with_cookie(key: str) -> Client:
 
 
 def _is_signed_in(client: Client) -> bool:
-    response = client.get(reverse("oversight:account"))
+    response = client.get(reverse("accounts:account"))
     if response.status_code == 302:
         assert response["Location"].startswith(reverse("login"))
         return False
@@ -176,12 +176,12 @@ def test_log_out_everywhere_ends_other_sessions_and_tokens_but_not_this_one() ->
     here = _signed_in_browser()
     elsewhere = _signed_in_browser()
     other_user = _signed_in_browser_of_bea()
-    token = actions.issue_api_token(ana)
+    token = api_tokens.issue_api_token(ana)
     old_key = here.cookies[COOKIE].value
-    page = here.get(reverse("oversight:account"))
+    page = here.get(reverse("accounts:account"))
     assert b"Log out everywhere" in page.content
     assert b"2 sessions" in page.content
-    response = here.post(reverse("oversight:account-log-out-everywhere"))
+    response = here.post(reverse("accounts:account-log-out-everywhere"))
     assert response.status_code == 302
     assert _is_signed_in(here)
     assert here.cookies[COOKIE].value != old_key, "this session gets a new key too"
@@ -208,21 +208,17 @@ def _api_status(token: str) -> int:
 def test_the_account_page_lists_tokens_and_revokes_only_the_users_own() -> None:
     ana = _user(personas.analyst())
     bea = _user(personas.analyst("bea"))
-    token = actions.issue_api_token(ana)
-    actions.issue_api_token(bea)
+    token = api_tokens.issue_api_token(ana)
+    api_tokens.issue_api_token(bea)
     anas_id = ana.api_tokens.get().pk
     beas_id = bea.api_tokens.get().pk
     browser = _signed_in_browser()
-    page = browser.get(reverse("oversight:account")).content.decode()
+    page = browser.get(reverse("accounts:account")).content.decode()
     assert f'data-token="{anas_id}"' in page and f'data-token="{beas_id}"' not in page
     assert token not in page
-    assert (
-        browser.post(reverse("oversight:account-token-revoke", args=[beas_id])).status_code == 404
-    )
+    assert browser.post(reverse("accounts:account-token-revoke", args=[beas_id])).status_code == 404
     assert bea.api_tokens.exists()
-    assert (
-        browser.post(reverse("oversight:account-token-revoke", args=[anas_id])).status_code == 302
-    )
+    assert browser.post(reverse("accounts:account-token-revoke", args=[anas_id])).status_code == 302
     assert _api_status(token) == 401
     assert AuditEvent.objects.filter(action="auth.token.revoked", actor_label="ana").exists()
 

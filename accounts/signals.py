@@ -1,5 +1,5 @@
 """Record logins, failed logins and logouts in the system audit chain, and changes to users made
-outside oversight.actions.users (the shell, scripts, `createsuperuser`): creation, deletion, the
+outside accounts.users (the shell, scripts, `createsuperuser`): creation, deletion, the
 active, staff and superuser flags, and group membership from either side."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from django.db import transaction
 from django.db.models.signals import m2m_changed, post_save, pre_delete, pre_save
 from django.http import HttpRequest
 
+from accounts import users
 from audit.chain import Actor, append_event
 from audit.models import ActorKind
-from oversight.actions import users
 
 
 def _client(request: HttpRequest | None) -> dict[str, str]:

@@ -23,9 +23,9 @@ from django.contrib.sessions.models import Session
 from django.db import transaction
 from django.utils import timezone
 
+from accounts import tokens as api_tokens
 from audit.chain import SYSTEM_CHAIN, Actor, append_event
 from audit.models import ActorKind
-from planning import actions as planning_actions
 
 
 def _session_keys_of(user: User) -> list[str]:
@@ -79,9 +79,7 @@ def log_out_everywhere(user: User, current: SessionBase) -> dict[str, int]:
     were revoked. Returns {"sessions": ended, "tokens": revoked}.
     """
     ended = _end_sessions(user, keep=current.session_key)
-    revoked = planning_actions.revoke_api_tokens(
-        user, actor=user, why="the user logged out everywhere"
-    )
+    revoked = api_tokens.revoke_api_tokens(user, actor=user, why="the user logged out everywhere")
     current.cycle_key()
     append_event(
         "security.sessions.ended",

@@ -16,8 +16,8 @@ import pytest
 from django.contrib.auth.hashers import MD5PasswordHasher
 from django.test import Client, RequestFactory
 
+from accounts.models import ApiToken
 from audit.models import AuditEvent
-from planning.models import ApiToken
 from tests import personas
 from web.http import client_ip
 

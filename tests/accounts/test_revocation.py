@@ -8,12 +8,13 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from accounts import tokens as api_tokens
+from accounts import users
+from accounts.models import ApiToken
 from audit.models import AuditEvent
-from oversight.actions import gates, users
+from oversight.actions import gates
 from oversight.actions.gates import DecisionInput
 from oversight.models import Gate, GateDecision, GateKind
-from planning import actions
-from planning.models import ApiToken
 from tests import personas
 from tests.cases import planned_invoice_case
 
@@ -28,7 +29,7 @@ def _plan_gate() -> Gate:
 def _signed_in(user: Any) -> tuple[Client, Client]:
     browser = Client()
     browser.force_login(user)
-    api = Client(headers={"Authorization": f"Bearer {actions.issue_api_token(user)}"})
+    api = Client(headers={"Authorization": f"Bearer {api_tokens.issue_api_token(user)}"})
     return browser, api
 
 

@@ -11,11 +11,11 @@ import pytest
 from django.db import connection, connections
 from django.test import Client, RequestFactory
 
+from accounts import tokens as api_tokens
+from accounts.denials import DENIED, SUMMARY, flush_denials, record_denial
+from accounts.models import AccessDenial
 from audit.chain import SYSTEM_CHAIN, verify_chain
 from audit.models import ActorKind, AuditEvent
-from oversight.denials import DENIED, SUMMARY, flush_denials, record_denial
-from oversight.models import AccessDenial
-from planning import actions
 from tests import personas
 from tests.planning.factories import make_case, make_plan
 
@@ -35,7 +35,7 @@ def _session(user: Any, address: str = "127.0.0.1") -> Client:
 
 
 def _bearer(user: Any) -> Client:
-    return Client(headers={"Authorization": f"Bearer {actions.issue_api_token(user)}"})
+    return Client(headers={"Authorization": f"Bearer {api_tokens.issue_api_token(user)}"})
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 Without it an admin could create a "sock-puppet" (a user whose password they chose, or an
 analyst whose password they reset at once), make it an officer, auditor or admin, sign in as it
-and approve gates. Through oversight.actions.users and through the admin's real forms.
+and approve gates. Through accounts.users and through the admin's real forms.
 """
 
 from __future__ import annotations
@@ -18,16 +18,15 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from accounts import roles, users
+from accounts.models import RoleGrantRequest
 from audit.chain import SYSTEM_CHAIN, verify_chain
 from audit.models import AuditEvent
-from oversight import roles
-from oversight.actions import users
-from oversight.models import RoleGrantRequest
 from tests import personas
 
 pytestmark = pytest.mark.django_db
 
-GRANTS_URL = reverse("admin:oversight_rolegrantrequest_changelist")
+GRANTS_URL = reverse("admin:accounts_rolegrantrequest_changelist")
 SOCK_PASSWORD = "a-sock-puppets-passphrase-7"
 
 

@@ -12,11 +12,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from accounts import tokens as api_tokens
+from accounts import users
+from accounts.models import ApiToken, PasswordResetRequest
 from audit.models import AuditEvent
-from oversight.actions import users
-from oversight.models import PasswordResetRequest
-from planning import actions
-from planning.models import ApiToken
 from tests import personas
 
 pytestmark = pytest.mark.django_db
@@ -68,9 +67,9 @@ def test_a_token_answers_with_its_expiry_and_dies_when_it_expires(settings: Any)
 def test_the_owner_lists_their_live_tokens_without_secrets() -> None:
     ana = _user(personas.analyst())
     other = _user(personas.analyst("bea"))
-    first = actions.issue_api_token(ana)
-    second = actions.issue_api_token(ana)
-    actions.issue_api_token(other)
+    first = api_tokens.issue_api_token(ana)
+    second = api_tokens.issue_api_token(ana)
+    api_tokens.issue_api_token(other)
     response = _api(second).get("/api/auth/tokens")
     assert response.status_code == 200
     body = response.json()
@@ -88,8 +87,8 @@ def test_the_owner_lists_their_live_tokens_without_secrets() -> None:
 @pytest.mark.scenario("W6")
 def test_delete_revokes_the_presented_token_and_audits_it() -> None:
     ana = _user(personas.analyst())
-    token = actions.issue_api_token(ana)
-    kept = actions.issue_api_token(ana)
+    token = api_tokens.issue_api_token(ana)
+    kept = api_tokens.issue_api_token(ana)
     response = _api(token).delete("/api/auth/token")
     assert response.status_code == 204
     assert not _works(token)
@@ -102,8 +101,8 @@ def test_delete_revokes_the_presented_token_and_audits_it() -> None:
 def test_a_token_is_revoked_by_id_but_only_by_its_owner() -> None:
     ana = _user(personas.analyst())
     bea = _user(personas.analyst("bea"))
-    anas = actions.issue_api_token(ana)
-    beas = actions.issue_api_token(bea)
+    anas = api_tokens.issue_api_token(ana)
+    beas = api_tokens.issue_api_token(bea)
     beas_id = ApiToken.objects.get(user=bea).pk
     assert _api(anas).delete(f"/api/auth/tokens/{beas_id}").status_code == 404
     assert _works(beas)
@@ -116,7 +115,7 @@ def test_a_token_is_revoked_by_id_but_only_by_its_owner() -> None:
 def test_a_sixth_token_revokes_the_oldest_and_says_so(settings: Any) -> None:
     settings.CASEHUB_API_TOKEN_MAX_PER_USER = 5
     ana = _user(personas.analyst())
-    tokens = [actions.issue_api_token(ana) for _ in range(6)]
+    tokens = [api_tokens.issue_api_token(ana) for _ in range(6)]
     assert ApiToken.objects.filter(user=ana).count() == 5
     assert not _works(tokens[0])
     assert all(_works(token) for token in tokens[1:])
@@ -126,9 +125,9 @@ def test_a_sixth_token_revokes_the_oldest_and_says_so(settings: Any) -> None:
 
 def test_an_expired_token_is_cleared_when_the_user_gets_a_new_one(settings: Any) -> None:
     ana = _user(personas.analyst())
-    actions.issue_api_token(ana)
+    api_tokens.issue_api_token(ana)
     ApiToken.objects.update(created_at=timezone.now() - timedelta(days=365))
-    actions.issue_api_token(ana)
+    api_tokens.issue_api_token(ana)
     assert ApiToken.objects.filter(user=ana).count() == 1
     assert AuditEvent.objects.filter(action="auth.token.expired", data__tokens=1).exists()
 
@@ -136,7 +135,7 @@ def test_an_expired_token_is_cleared_when_the_user_gets_a_new_one(settings: Any)
 @pytest.mark.scenario("W6")
 def test_tokens_die_when_the_user_changes_their_own_password() -> None:
     adam = _user(personas.admin())
-    token = actions.issue_api_token(adam)
+    token = api_tokens.issue_api_token(adam)
     browser = Client()
     browser.force_login(adam)
     response = browser.post(
@@ -155,7 +154,7 @@ def test_tokens_die_when_the_user_changes_their_own_password() -> None:
 @pytest.mark.scenario("W6")
 def test_tokens_die_when_an_admin_sets_a_new_password() -> None:
     ana = _user(personas.analyst())
-    token = actions.issue_api_token(ana)
+    token = api_tokens.issue_api_token(ana)
     assert users.request_password_reset(_user(personas.admin()), ana, NEW_PASSWORD) is None
     assert not _works(token)
     revoked = AuditEvent.objects.get(action="auth.token.revoked")
@@ -165,7 +164,7 @@ def test_tokens_die_when_an_admin_sets_a_new_password() -> None:
 @pytest.mark.scenario("W6")
 def test_tokens_die_when_a_second_admin_approves_a_password_reset() -> None:
     olivia = _user(personas.officer())
-    token = actions.issue_api_token(olivia)
+    token = api_tokens.issue_api_token(olivia)
     pending = users.request_password_reset(_user(personas.admin()), olivia, NEW_PASSWORD)
     assert isinstance(pending, PasswordResetRequest)
     assert _works(token), "a pending reset changes nothing yet"
@@ -177,7 +176,7 @@ def test_tokens_die_when_a_second_admin_approves_a_password_reset() -> None:
 def test_a_deactivated_and_reactivated_user_has_no_token_left() -> None:
     ana = _user(personas.analyst())
     adam = _user(personas.admin())
-    token = actions.issue_api_token(ana)
+    token = api_tokens.issue_api_token(ana)
     users.deactivate_user(adam, ana)
     users.change_user(adam, ana, is_active=True)
     assert not _works(token)
@@ -186,7 +185,7 @@ def test_a_deactivated_and_reactivated_user_has_no_token_left() -> None:
 
 def test_logging_in_again_does_not_revive_a_revoked_token() -> None:
     ana = _user(personas.analyst())
-    token = actions.issue_api_token(ana)
-    actions.revoke_api_tokens(ana, actor=ana, why="test")
+    token = api_tokens.issue_api_token(ana)
+    api_tokens.revoke_api_tokens(ana, actor=ana, why="test")
     assert _exchange("ana").status_code == 200
     assert not _works(token)

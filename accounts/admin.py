@@ -1,11 +1,11 @@
 """Admin pages for users, role groups and password resets; every change goes through
-oversight.actions.users, which checks it and writes its audit event.
+accounts.users, which checks it and writes its audit event.
 
 Admins see and change a user's username, names, e-mail, active flag and roles (one of
-oversight.roles.ROLES each) — never the superuser or staff flags, raw groups or permissions. On
+accounts.roles.ROLES each) — never the superuser or staff flags, raw groups or permissions. On
 their own record the roles and the active flag are read-only. A form posted with a field it does
 not offer (a tampered form) is refused with 403 and recorded. Groups are read-only: their
-permissions come from oversight.roles.sync_roles. A new password for an officer, supervisor,
+permissions come from accounts.roles.sync_roles. A new password for an officer, supervisor,
 auditor or admin waits in "Password reset requests" for a second admin; so does giving one of
 those roles, at creation or later, in "Role grant requests".
 """
@@ -30,9 +30,9 @@ from django.utils.decorators import method_decorator
 from django.utils.html import format_html
 from django.views.decorators.debug import sensitive_post_parameters
 
-from oversight.actions import users
-from oversight.models import PasswordResetRequest, RoleGrantRequest, SigningState
-from oversight.roles import ROLES
+from accounts import users
+from accounts.models import PasswordResetRequest, RoleGrantRequest, SigningState
+from accounts.roles import ROLES
 
 # Fields no form here offers: posting one is tampering.
 FORBIDDEN_FIELDS = ("is_superuser", "is_staff", "user_permissions", "groups", "password")
@@ -419,7 +419,7 @@ class CaseHubUserAdmin(admin.ModelAdmin):
 
 @admin.register(Group)
 class RoleGroupAdmin(auth_admin.GroupAdmin):
-    """The role groups, read-only: oversight.roles.sync_roles sets their permissions."""
+    """The role groups, read-only: accounts.roles.sync_roles sets their permissions."""
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return _manages(request)

@@ -2,7 +2,7 @@
 password change is in the trail with its before and after.
 
 Through the admin's real forms (a Client signed in as the admin persona) and through the use
-cases of oversight.actions.users; changes made elsewhere (the shell) are caught by the signals.
+cases of accounts.users; changes made elsewhere (the shell) are caught by the signals.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from accounts import roles, users
+from accounts.models import PasswordResetRequest, SigningState
 from audit.chain import SYSTEM_CHAIN, verify_chain
 from audit.models import AuditEvent
-from oversight import roles
-from oversight.actions import users
-from oversight.models import PasswordResetRequest, SigningState
 from tests import personas
 
 pytestmark = pytest.mark.django_db
@@ -365,7 +364,7 @@ def test_an_officers_password_reset_waits_for_a_second_admin(officer: User) -> N
     assert (pending.status, pending.requested_by) == ("pending", first)
 
     # The requester cannot approve it, not through the list action nor the use case.
-    resets = reverse("admin:oversight_passwordresetrequest_changelist")
+    resets = reverse("admin:accounts_passwordresetrequest_changelist")
     assert (
         client_for(first).post(resets, select_action("approve_selected", pending.pk)).status_code
         == 302
@@ -614,7 +613,7 @@ def test_the_admin_roles_permissions_allow_what_admins_must_do(admin_user: User)
         "admin:auth_user_changelist",
         "admin:auth_user_add",
         "admin:auth_group_changelist",
-        "admin:oversight_passwordresetrequest_changelist",
+        "admin:accounts_passwordresetrequest_changelist",
     ):
         assert client.get(reverse(name)).status_code == 200, name
     assert client.get(change_url(personas.analyst())).status_code == 200

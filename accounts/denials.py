@@ -25,8 +25,8 @@ from django.db.models import F
 from django.http import HttpRequest
 from django.utils import timezone
 
+from accounts.models import AccessDenial
 from audit.chain import SYSTEM_CHAIN, append_event
-from oversight.models import AccessDenial
 
 __all__ = [
     "DENIED",

@@ -24,7 +24,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from oversight.actions.sessions import record_login_throttled
+from accounts.sessions import record_login_throttled
 
 THROTTLED_MESSAGE = "Too many failed sign-in attempts. Try again in {minutes} minute(s)."
 

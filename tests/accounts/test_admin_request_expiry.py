@@ -8,10 +8,9 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from accounts import roles, users
+from accounts.models import PasswordResetRequest, RoleGrantRequest
 from audit.models import AuditEvent
-from oversight import roles
-from oversight.actions import users
-from oversight.models import PasswordResetRequest, RoleGrantRequest
 from tests import personas
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,8 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from oversight.actions.sessions import log_out_everywhere, signed_in_sessions
-from planning import actions as planning_actions
+from accounts import tokens as api_tokens
+from accounts.sessions import log_out_everywhere, signed_in_sessions
 from web.http import HtmxHttpRequest
 
 
@@ -26,8 +26,7 @@ def account(request: HtmxHttpRequest) -> HttpResponse:
     """Show the user's sessions count and live API tokens, with log out everywhere."""
     user = _user(request)
     tokens = [
-        (token, planning_actions.token_expires_at(token))
-        for token in planning_actions.live_api_tokens(user)
+        (token, api_tokens.token_expires_at(token)) for token in api_tokens.live_api_tokens(user)
     ]
     context = {
         "sessions": signed_in_sessions(user),
@@ -36,7 +35,7 @@ def account(request: HtmxHttpRequest) -> HttpResponse:
         "token_ttl_hours": settings.CASEHUB_API_TOKEN_TTL_HOURS,
         "token_limit": settings.CASEHUB_API_TOKEN_MAX_PER_USER,
     }
-    return render(request, "oversight/account_detail.html", context)
+    return render(request, "accounts/account_detail.html", context)
 
 
 @require_POST
@@ -48,15 +47,15 @@ def account_log_out_everywhere(request: HtmxHttpRequest) -> HttpResponse:
         f"Logged out everywhere else: {ended['sessions']} other session(s) ended, "
         f"{ended['tokens']} API token(s) revoked.",
     )
-    return redirect("oversight:account")
+    return redirect("accounts:account")
 
 
 @require_POST
 def account_token_revoke(request: HtmxHttpRequest, token_id: int) -> HttpResponse:
     """Revoke one of the user's API tokens; 404 for a token that is not theirs or not live."""
     try:
-        planning_actions.revoke_api_token(_user(request), token_id)
-    except planning_actions.TokenNotFound as exc:
+        api_tokens.revoke_api_token(_user(request), token_id)
+    except api_tokens.TokenNotFound as exc:
         raise Http404(str(exc)) from None
     messages.success(request, f"API token {token_id} revoked.")
-    return redirect("oversight:account")
+    return redirect("accounts:account")

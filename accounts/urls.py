@@ -1,0 +1,19 @@
+from django.urls import path
+
+from accounts import views
+
+app_name = "accounts"
+
+urlpatterns = [
+    path("account/", views.account, name="account"),
+    path(
+        "account/log-out-everywhere",
+        views.account_log_out_everywhere,
+        name="account-log-out-everywhere",
+    ),
+    path(
+        "account/tokens/<int:token_id>/revoke",
+        views.account_token_revoke,
+        name="account-token-revoke",
+    ),
+]
