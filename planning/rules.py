@@ -38,6 +38,7 @@ SUBMIT_CASE = "oversight.submit_case"
 VIEW_ALL_CASES = "oversight.view_all_cases"
 VIEW_AUDIT = "oversight.view_audit"
 CONFIGURE = "oversight.configure"
+DECIDE_GATE = "oversight.decide_gate"
 # Permissions that make a user one of the product's roles; anybody else reads nothing.
 ROLE_PERMISSIONS = (SUBMIT_CASE, VIEW_ALL_CASES, VIEW_AUDIT, CONFIGURE)
 
@@ -62,6 +63,11 @@ def can_view_all_cases(user: User) -> bool:
 def can_read_cases(user: User) -> bool:
     """Tell whether the user reads cases at all (their own or everyone's)."""
     return can_view_all_cases(user) or can_submit_cases(user)
+
+
+def can_view_quality(user: User) -> bool:
+    """Tell whether the user reads the planning-quality metrics (compliance officers and admins)."""
+    return _has(user, DECIDE_GATE) or _has(user, CONFIGURE)
 
 
 def has_role(user: User) -> bool:

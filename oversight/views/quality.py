@@ -24,7 +24,6 @@ from oversight.quality import (
     FilterInvalid,
     QualityFilter,
     QualityReport,
-    can_view_quality,
     case_quality,
     parse_filter,
     quality_report,
@@ -46,7 +45,7 @@ TABLE_TITLES = {
 
 
 def _require_reader(request: HtmxHttpRequest) -> None:
-    if not can_view_quality(request.user):
+    if not rules.can_view_quality(request.user):
         raise PermissionDenied("Only compliance officers and admins read the quality metrics.")
 
 
