@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "audit",
     "planning",
     "oversight",
+    "quality",
 ]
 
 MIDDLEWARE = [

@@ -11,6 +11,7 @@ from oversight import views as oversight_views
 urlpatterns = [
     path("", oversight_views.home, name="home"),
     path("", include("oversight.urls")),
+    path("", include("quality.urls")),
     path("", include("planning.urls")),
     path("health", oversight_views.health, name="health"),
     path("metrics", metrics_view, name="metrics"),

@@ -48,7 +48,7 @@ def _items(request: HttpRequest, counts: dict[str, int]) -> list[NavItem]:
     if user.has_perm(rules.VIEW_AUDIT):
         items.append(NavItem("Audit trail", reverse("oversight:audit-list"), "audit"))
     if rules.can_view_quality(user):
-        items.append(NavItem("Quality", reverse("oversight:quality"), "quality"))
+        items.append(NavItem("Quality", reverse("quality:quality"), "quality"))
     if can_view_methods(user):
         items.append(NavItem("Methods", reverse("planning:method-list"), "methods"))
     if user.is_staff and user.has_perm(rules.CONFIGURE):
