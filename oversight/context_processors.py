@@ -12,7 +12,6 @@ from django.urls import reverse
 
 from accounts.roles import ROLES
 from oversight.models import ExecutionControl, WorkItem
-from oversight.quality import can_view_quality
 from oversight.queries import inbox_for, unread_notifications, work_items_for
 from planning import rules
 from planning.promotion import can_view_methods
@@ -48,8 +47,8 @@ def _items(request: HttpRequest, counts: dict[str, int]) -> list[NavItem]:
         items.append(NavItem("New case", reverse("planning:case-new"), "case-new"))
     if user.has_perm(rules.VIEW_AUDIT):
         items.append(NavItem("Audit trail", reverse("oversight:audit-list"), "audit"))
-    if can_view_quality(user):
-        items.append(NavItem("Quality", reverse("oversight:quality"), "quality"))
+    if rules.can_view_quality(user):
+        items.append(NavItem("Quality", reverse("quality:quality"), "quality"))
     if can_view_methods(user):
         items.append(NavItem("Methods", reverse("planning:method-list"), "methods"))
     if user.is_staff and user.has_perm(rules.CONFIGURE):

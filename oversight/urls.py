@@ -1,7 +1,7 @@
 from django.urls import path
 
 from oversight import views
-from oversight.views import execution, gates, quality, versions
+from oversight.views import execution, gates, versions
 
 app_name = "oversight"
 
@@ -32,9 +32,6 @@ urlpatterns = [
         gates.notification_read,
         name="notification-read",
     ),
-    path("quality/", quality.quality, name="quality"),
-    path("quality/export.csv", quality.quality_csv, name="quality-csv"),
-    path("cases/<int:case_id>/quality/", quality.case_quality_page, name="case-quality"),
     path("audit/", views.audit_list, name="audit-list"),
     path("audit/cases/<int:case_id>/", views.case_trail, name="case-trail"),
     path("audit/cases/<int:case_id>/export", views.case_trail_export, name="case-trail-export"),

@@ -14,7 +14,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.contrib.auth.models import User as AccountUser
 from django.core.exceptions import PermissionDenied
 
-from accounts.roles import CONFIGURE, SUBMIT_CASE, VIEW_ALL_CASES, VIEW_AUDIT
+from accounts.roles import CONFIGURE, DECIDE_GATE, SUBMIT_CASE, VIEW_ALL_CASES, VIEW_AUDIT
 from planning.models import PACK_STRATEGIES, Strategy
 
 # -- field limits ---------------------------------------------------------------------------
@@ -59,6 +59,11 @@ def can_view_all_cases(user: User) -> bool:
 def can_read_cases(user: User) -> bool:
     """Tell whether the user reads cases at all (their own or everyone's)."""
     return can_view_all_cases(user) or can_submit_cases(user)
+
+
+def can_view_quality(user: User) -> bool:
+    """Tell whether the user reads the planning-quality metrics (compliance officers and admins)."""
+    return _has(user, DECIDE_GATE) or _has(user, CONFIGURE)
 
 
 def has_role(user: User) -> bool:

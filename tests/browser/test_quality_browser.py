@@ -13,7 +13,7 @@ from django.conf import settings as django_settings
 
 from planning.core.llm.pricing import PriceTable
 from tests.browser.test_case_flow import _log_in, _watch_console
-from tests.oversight.test_quality import executed_case, reviewed_case
+from tests.quality.test_quality import executed_case, reviewed_case
 
 pytestmark = [pytest.mark.browser]
 

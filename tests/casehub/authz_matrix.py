@@ -72,9 +72,9 @@ oversight:plan-edit                               401  403  404  ok   ok   403  
 oversight:notifications                           401  ok   ok   ok   ok   ok   ok   ok
 oversight:notifications-read-all                  401  ok   ok   ok   ok   ok   ok   ok
 oversight:notification-read                       401  404  404  ok   404  404  404  404
-oversight:quality                                 401  403  403  ok   ok   403  ok   403
-oversight:quality-csv                             401  403  403  ok   ok   403  ok   403 q=table=cases
-oversight:case-quality                            401  403  403  ok   ok   403  ok   403
+quality:quality                                   401  403  403  ok   ok   403  ok   403
+quality:quality-csv                               401  403  403  ok   ok   403  ok   403 q=table=cases
+quality:case-quality                              401  403  403  ok   ok   403  ok   403
 oversight:audit-list                              401  403  403  403  403  ok   403  403 hx=audit-table
 oversight:case-trail                              401  403  403  403  403  ok   403  403 hx=trail-events
 oversight:case-trail-export                       401  403  403  403  403  ok   403  403

@@ -13,7 +13,7 @@ from decimal import Decimal
 
 from django.utils import timezone
 
-from oversight.quality import CaseQuality, GroupQuality, QualityReport
+from quality.queries import CaseQuality, GroupQuality, QualityReport
 
 __all__ = ["GROUP_HEADER", "TABLES", "csv_text", "table_rows"]
 

@@ -3,7 +3,7 @@ each table as CSV.
 
 Compliance officers (and supervisors) and admins read them; anybody else gets 403. Officers
 read every case, so their tables name the cases; admins read no case, so theirs show case
-numbers only. The figures are `oversight.quality`'s; these views read the filter and render.
+numbers only. The figures come from `quality.queries`; these views read the filter and render.
 """
 
 from __future__ import annotations
@@ -17,22 +17,21 @@ from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
-from oversight.quality import (
+from planning import rules
+from planning.catalogue import registered_packs
+from planning.models import Case, Strategy
+from quality.queries import (
     CASE_TABLE_LIMIT,
     NO_PACK,
     PERIODS,
     FilterInvalid,
     QualityFilter,
     QualityReport,
-    can_view_quality,
     case_quality,
     parse_filter,
     quality_report,
 )
-from oversight.quality_tables import TABLES, csv_text, table_rows
-from planning import rules
-from planning.catalogue import registered_packs
-from planning.models import Case, Strategy
+from quality.tables import TABLES, csv_text, table_rows
 from web.http import HtmxHttpRequest
 
 TABLE_TITLES = {
@@ -46,7 +45,7 @@ TABLE_TITLES = {
 
 
 def _require_reader(request: HtmxHttpRequest) -> None:
-    if not can_view_quality(request.user):
+    if not rules.can_view_quality(request.user):
         raise PermissionDenied("Only compliance officers and admins read the quality metrics.")
 
 
@@ -108,7 +107,7 @@ def quality(request: HtmxHttpRequest) -> HttpResponse:
         f = parse_filter(request.GET)
     except FilterInvalid as exc:
         context = {"error": exc, "choices": _filter_choices(None), "tables": []}
-        return render(request, "oversight/quality.html", context, status=400)
+        return render(request, "quality/quality.html", context, status=400)
     report = quality_report(f)
     titles = rules.can_view_all_cases(request.user)
     query = urlencode(f.as_query())
@@ -137,7 +136,7 @@ def quality(request: HtmxHttpRequest) -> HttpResponse:
         "titles": titles,
         "now": timezone.now(),
     }
-    return render(request, "oversight/quality.html", context)
+    return render(request, "quality/quality.html", context)
 
 
 def _bad_request(message: str) -> HttpResponse:
@@ -187,4 +186,4 @@ def case_quality_page(request: HtmxHttpRequest, case_id: int) -> HttpResponse:
         "titles": titles,
         "case": Case(pk=row.case_id, title=row.title) if titles else None,
     }
-    return render(request, "oversight/quality_case.html", context)
+    return render(request, "quality/quality_case.html", context)

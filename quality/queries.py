@@ -40,7 +40,6 @@ from django.utils import timezone
 
 from audit.models import AuditEvent
 from oversight.models import Gate, GateKind, GateStatus, LeafAttempt
-from planning import rules
 from planning.catalogue import registered_packs
 from planning.core.llm.pricing import PriceTable
 from planning.models import Case, CaseStatus, LlmCall, NodeStatus, PlanNode, PlanVersion, Strategy
@@ -57,7 +56,6 @@ __all__ = [
     "QualityFilter",
     "QualityReport",
     "SeriesPoint",
-    "can_view_quality",
     "case_quality",
     "parse_filter",
     "quality_report",
@@ -173,14 +171,6 @@ def parse_filter(params: Mapping[str, str], *, now: datetime | None = None) -> Q
         pack=pack,
         strategy=strategy,
         bucket="day" if days is not None and days <= 31 else "week",
-    )
-
-
-def can_view_quality(user: Any) -> bool:
-    """Tell whether the user reads the quality metrics (compliance officers and admins)."""
-    return bool(
-        user.is_authenticated
-        and (user.has_perm("oversight.decide_gate") or user.has_perm(rules.CONFIGURE))
     )
 
 

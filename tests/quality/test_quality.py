@@ -17,13 +17,13 @@ from django.urls import reverse
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from oversight import quality, quality_tables
 from oversight.actions import execution
 from oversight.actions.edits import edit_plan
 from oversight.actions.gates import DecisionInput, decide_gate
 from oversight.models import Gate, GateKind, GateStatus
 from planning.core.llm.pricing import PriceTable
 from planning.models import Case, CaseStatus, LlmCall, NodeStatus, PlanNode, PlanVersion
+from quality import queries, tables
 from tests.cases import planned_invoice_case
 from tests.personas import PASSWORD
 
@@ -139,11 +139,11 @@ def dataset(analyst: Any, officer: Any, second_officer: Any, priced: None) -> tu
     return executed_case(analyst, officer), reviewed_case(analyst, officer, second_officer)
 
 
-def _report(**params: str) -> quality.QualityReport:
-    return quality.quality_report(quality.parse_filter(params))
+def _report(**params: str) -> queries.QualityReport:
+    return queries.quality_report(queries.parse_filter(params))
 
 
-def _row(report: quality.QualityReport, case: Case) -> quality.CaseQuality:
+def _row(report: queries.QualityReport, case: Case) -> queries.CaseQuality:
     return next(r for r in report.cases if r.case_id == case.pk)
 
 
@@ -187,7 +187,7 @@ def test_an_edited_then_rejected_case_counts_its_gates_and_an_unknown_price(data
     assert (step.approved, step.rejected, step.edited) == (1, 0, 1)
     assert rates[("agent", "payments-clerk", "step")].edited == 1
     assert rates[("pack", "invoice", "plan")].decided == 3
-    _, gates = quality.case_quality(reviewed.pk)
+    _, gates = queries.case_quality(reviewed.pk)
     assert {g.kind: (g.approved, g.rejected, g.edited) for g in gates} == {
         "plan": (0, 1, 1),
         "step": (0, 0, 1),
@@ -252,8 +252,8 @@ def test_filters_select_by_period_pack_and_strategy(dataset):
     ],
 )
 def test_an_invalid_filter_names_its_parameter(params, name):
-    with pytest.raises(quality.FilterInvalid) as caught:
-        quality.parse_filter(params)
+    with pytest.raises(queries.FilterInvalid) as caught:
+        queries.parse_filter(params)
     assert caught.value.name == name
 
 
@@ -265,12 +265,12 @@ def test_the_critical_path_in_time_follows_dependencies_not_the_sum():
         ("d", ["b", "c"], 2.0, 3),
         ("e", [], 13.0, 4),
     ]
-    assert quality._longest_path(leaves) == 14.0
-    assert quality._longest_path([]) == 0.0
+    assert queries._longest_path(leaves) == 14.0
+    assert queries._longest_path([]) == 0.0
 
 
 def test_csv_cells_that_start_a_formula_get_an_apostrophe():
-    text = quality_tables.csv_text([["=1+1", "+2", "-3", "@SUM(A1)", "plain", ""]])
+    text = tables.csv_text([["=1+1", "+2", "-3", "@SUM(A1)", "plain", ""]])
     assert next(csv.reader(io.StringIO(text))) == ["'=1+1", "'+2", "'-3", "'@SUM(A1)", "plain", ""]
 
 
@@ -285,36 +285,36 @@ def _client(user: Any) -> Client:
 
 def test_officers_read_the_page_with_its_plots_tables_and_csv_links(dataset, officer):
     done, _ = dataset
-    response = _client(officer).get(reverse("oversight:quality"))
+    response = _client(officer).get(reverse("quality:quality"))
     assert response.status_code == 200
     html = response.content.decode()
     for chart in ("chart-series", "chart-tokens", "chart-shape", "chart-times", "chart-gates"):
         assert f'id="{chart}"' in html
     assert 'id="quality-data"' in html and "vendor/chartjs/chart.umd.js" in html
-    for table in quality_tables.TABLES:
+    for table in tables.TABLES:
         assert f'data-csv="{table}"' in html
     assert "Verify INV-1042" in html and "price unknown" in html
-    csv_link = reverse("oversight:quality-csv") + "?table=cases&amp;period=30d"
+    csv_link = reverse("quality:quality-csv") + "?table=cases&amp;period=30d"
     assert f'href="{csv_link}"' in html
-    filtered = _client(officer).get(reverse("oversight:quality"), {"pack": "invoice"})
+    filtered = _client(officer).get(reverse("quality:quality"), {"pack": "invoice"})
     assert "?table=gates&amp;period=30d&amp;pack=invoice" in filtered.content.decode()
-    assert reverse("oversight:case-quality", args=[done.pk]) in html
+    assert reverse("quality:case-quality", args=[done.pk]) in html
     assert response.context["data"]["ratio"]["values"] == [pytest.approx(110 / 70)]
     assert b'data-nav="quality"' in response.content
 
 
 def test_the_case_page_shows_one_cases_figures(dataset, officer):
     done, _ = dataset
-    response = _client(officer).get(reverse("oversight:case-quality", args=[done.pk]))
+    response = _client(officer).get(reverse("quality:case-quality", args=[done.pk]))
     assert response.status_code == 200
     html = response.content.decode()
     assert "1.57" in html and "$0.0015" in html and "passed" in html
-    assert _client(officer).get(reverse("oversight:case-quality", args=[999999])).status_code == 404
+    assert _client(officer).get(reverse("quality:case-quality", args=[999999])).status_code == 404
 
 
 def test_the_case_page_links_its_quality_figures_for_those_who_may_read_them(analyst, officer):
     case = planned_invoice_case(analyst)
-    link = reverse("oversight:case-quality", args=[case.pk]).encode()
+    link = reverse("quality:case-quality", args=[case.pk]).encode()
     page = reverse("planning:case-detail", args=[case.pk])
     assert link in _client(officer).get(page).content
     assert link not in _client(analyst).get(page).content
@@ -323,7 +323,7 @@ def test_the_case_page_links_its_quality_figures_for_those_who_may_read_them(ana
 def test_the_csv_export_is_an_attachment_with_every_case_and_safe_cells(analyst, officer, priced):
     case = planned_invoice_case(analyst, goal="Verify invoice INV-1042 again")
     Case.objects.filter(pk=case.pk).update(title='=HYPERLINK("http://x")')
-    response = _client(officer).get(reverse("oversight:quality-csv"), {"table": "cases"})
+    response = _client(officer).get(reverse("quality:quality-csv"), {"table": "cases"})
     assert response.status_code == 200
     assert response["Content-Type"] == "text/csv; charset=utf-8"
     assert response["Content-Disposition"].startswith(
@@ -332,19 +332,19 @@ def test_the_csv_export_is_an_attachment_with_every_case_and_safe_cells(analyst,
     rows = list(csv.reader(io.StringIO(response.content.decode())))
     assert rows[0][:3] == ["case", "title", "pack"]
     assert rows[1][0] == str(case.pk) and rows[1][1] == '\'=HYPERLINK("http://x")'
-    gates = _client(officer).get(reverse("oversight:quality-csv"), {"table": "gates"})
+    gates = _client(officer).get(reverse("quality:quality-csv"), {"table": "gates"})
     assert next(csv.reader(io.StringIO(gates.content.decode())))[0] == "by"
 
 
 def test_admins_read_the_figures_without_case_titles(analyst, admin_user):
     planned_invoice_case(analyst)
     client = _client(admin_user)
-    page = client.get(reverse("oversight:quality"))
+    page = client.get(reverse("quality:quality"))
     assert page.status_code == 200 and "Verify INV-1042" not in page.content.decode()
     rows = list(
         csv.reader(
             io.StringIO(
-                client.get(reverse("oversight:quality-csv"), {"table": "cases"}).content.decode()
+                client.get(reverse("quality:quality-csv"), {"table": "cases"}).content.decode()
             )
         )
     )
@@ -355,25 +355,25 @@ def test_analysts_auditors_and_outsiders_are_refused(analyst, auditor, outsider)
     case = planned_invoice_case(analyst)
     for user in (analyst, auditor, outsider):
         client = _client(user)
-        assert client.get(reverse("oversight:quality")).status_code == 403
-        assert client.get(reverse("oversight:quality-csv"), {"table": "cases"}).status_code == 403
-        assert client.get(reverse("oversight:case-quality", args=[case.pk])).status_code == 403
+        assert client.get(reverse("quality:quality")).status_code == 403
+        assert client.get(reverse("quality:quality-csv"), {"table": "cases"}).status_code == 403
+        assert client.get(reverse("quality:case-quality", args=[case.pk])).status_code == 403
     nav = _client(analyst).get(reverse("home")).content
     assert b'data-nav="quality"' not in nav
 
 
 def test_an_invalid_filter_shows_its_message_and_the_csv_answers_400(officer):
     client = _client(officer)
-    page = client.get(reverse("oversight:quality"), {"period": "5y"})
+    page = client.get(reverse("quality:quality"), {"period": "5y"})
     assert page.status_code == 400
     assert (
         "unknown period" in page.content.decode() and 'data-error="period"' in page.content.decode()
     )
     assert (
-        client.get(reverse("oversight:quality-csv"), {"table": "cases", "pack": "x"}).status_code
+        client.get(reverse("quality:quality-csv"), {"table": "cases", "pack": "x"}).status_code
         == 400
     )
-    bad_table = client.get(reverse("oversight:quality-csv"), {"table": "secrets"})
+    bad_table = client.get(reverse("quality:quality-csv"), {"table": "secrets"})
     assert bad_table.status_code == 400 and b"not one of" in bad_table.content
 
 
@@ -393,14 +393,14 @@ def test_the_report_and_the_page_take_the_same_queries_for_3_and_30_cases(
     reviewed_case(analyst, officer, second_officer)
     planned_invoice_case(analyst)
     client = _client(officer)
-    url = reverse("oversight:quality")
+    url = reverse("quality:quality")
     client.get(url)  # warm the session and the permission caches
     # Cases with their figures, LLM usage per case and per model, the executed plans' leaves,
     # gates by strategy, pack and agent, gates per day.
     with django_assert_num_queries(8):
         _report()
     page_small = _queries(lambda: client.get(url))
-    csv_small = _queries(lambda: client.get(reverse("oversight:quality-csv"), {"table": "cases"}))
+    csv_small = _queries(lambda: client.get(reverse("quality:quality-csv"), {"table": "cases"}))
     for _ in range(9):
         executed_case(analyst, officer)
         reviewed_case(analyst, officer, second_officer)
@@ -410,5 +410,5 @@ def test_the_report_and_the_page_take_the_same_queries_for_3_and_30_cases(
         report = _report()
     assert len(report.cases) == 30 and sum(1 for r in report.cases if r.ratio) == 10
     assert _queries(lambda: client.get(url)) == page_small
-    csv_large = _queries(lambda: client.get(reverse("oversight:quality-csv"), {"table": "cases"}))
+    csv_large = _queries(lambda: client.get(reverse("quality:quality-csv"), {"table": "cases"}))
     assert csv_large == csv_small
