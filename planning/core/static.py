@@ -21,6 +21,7 @@ from typing import Any
 
 from planning.core.dag import DagPlan
 from planning.core.errors import BudgetExceeded, NoMethodMatched
+from planning.core.refs import REF_KEY, is_ref
 from planning.core.tree import (
     Compound,
     FailurePolicy,
@@ -32,7 +33,6 @@ from planning.core.tree import (
     freeze,
     thaw,
 )
-from planning.core.validation import REF_KEY, is_ref
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
