@@ -17,7 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planning.core.catalogue import AgentSpec, DomainPack, ToolSpec
+from planning.core.catalogue import AgentSpec, ToolSpec
+from planning.core.pack import DomainPack
 from planning.core.static import Method, MethodLibrary
 from planning.core.tree import Compound, Leaf, Provenance
 

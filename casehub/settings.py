@@ -242,7 +242,7 @@ CASEHUB_LEAF_INLINE_S = env_int("CASEHUB_LEAF_INLINE_S", 10, minimum=0)
 CASEHUB_EXECUTION_RECONCILE_INTERVAL_S = env_int(
     "CASEHUB_EXECUTION_RECONCILE_INTERVAL_S", 10, minimum=1
 )
-# More domain packs, as dotted paths to a planning.core.catalogue.DomainPack.
+# More domain packs, as dotted paths to a planning.core.pack.DomainPack.
 CASEHUB_EXTRA_PACKS = env_list("CASEHUB_EXTRA_PACKS", [])
 # Redis redelivers an unacknowledged message after this long: longer than any leaf may run
 # (`check --deploy` warns when it is shorter than a run_leaf task's time limit; a message

@@ -42,7 +42,7 @@ from audit.chain import append_event, case_chain
 from oversight.actions.execution import Claim, ErrorClass, check_safe_point
 from oversight.budgets import guard_for
 from planning.catalogue import all_tool_specs
-from planning.core.catalogue import DomainPack, ToolSpec
+from planning.core.catalogue import ToolSpec
 from planning.core.errors import LlmPlanningError, PlanInvalid
 from planning.core.llm.budget import LlmBudgetExhausted
 from planning.core.llm.client import (
@@ -55,7 +55,8 @@ from planning.core.llm.client import (
     ToolDefinition,
     strict_json_schema,
 )
-from planning.core.validation import resolve_inputs
+from planning.core.pack import DomainPack
+from planning.core.refs import resolve_inputs
 from planning.models import Agent, Case, PlanNode
 from planning.planner import PlanningUnavailable, llm_settings
 

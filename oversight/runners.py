@@ -21,10 +21,11 @@ from pydantic import BaseModel, ValidationError
 from oversight.actions.execution import Claim, ErrorClass, LeafStopped, check_safe_point
 from oversight.goal_judge import judge_model
 from planning.catalogue import registered_packs
-from planning.core.catalogue import DomainPack, ToolCall, ToolSpec, TransientToolError
+from planning.core.catalogue import ToolCall, ToolSpec, TransientToolError
 from planning.core.errors import PlanInvalid, flatten_errors
+from planning.core.pack import DomainPack
+from planning.core.refs import REF_KEY, is_ref, resolve_inputs
 from planning.core.tree import thaw
-from planning.core.validation import REF_KEY, is_ref, resolve_inputs
 from planning.models import Agent, Case, NodeStatus, PlanNode
 
 

@@ -19,14 +19,8 @@ from django.db.models import F
 from django.utils.module_loading import import_string
 
 from audit.chain import append_event
-from planning.core.catalogue import (
-    TOOL_RISKS,
-    AgentSpec,
-    Catalogue,
-    DomainPack,
-    ToolCall,
-    ToolSpec,
-)
+from planning.core.catalogue import TOOL_RISKS, AgentSpec, Catalogue, ToolCall, ToolSpec
+from planning.core.pack import DomainPack
 from planning.models import (
     Agent,
     DecompositionCacheEntry,

@@ -11,13 +11,13 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from planning.catalogue import enabled_pack, planning_agents, registered_packs
-from planning.core.catalogue import DomainPack
 from planning.core.forward import ForwardDecomposition
 from planning.core.hybrid import HybridDecomposition
 from planning.core.llm.budget import BudgetBackend, CallGuard
 from planning.core.llm.cache import DecompositionCache
 from planning.core.llm.client import LlmCallRecord, LlmClient, LlmNotConfigured, LlmSettings
 from planning.core.llm.decomposition import LlmBudgets, LlmDecomposition, expected_calls
+from planning.core.pack import DomainPack
 from planning.core.static import MethodLibrary, StaticDecomposition
 from planning.core.strategy import Strategy as CoreStrategy
 from planning.core.tree import Goal

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
 
-from planning.core.catalogue import DomainPack
+from planning.core.pack import DomainPack
 from planning.core.serialize import canonical_json
 from planning.core.static import Item, Method, MethodLibrary, Step, TaskRef
 from planning.core.tree import Compound, FailurePolicy, Leaf, Provenance

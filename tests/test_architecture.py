@@ -4,7 +4,9 @@ dispatch and tasks modules only, and one module talks to the LLM."""
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+import graphlib
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +39,75 @@ def _top(name: str) -> str:
 
 # The stack of STYLE.md, bottom to top: an app imports only itself and the apps below it.
 STACK = ("web", "observability", "audit", "accounts", "planning", "oversight", "quality", "casehub")
+
+
+def module_graph(*packages: str, root: Path = ROOT) -> dict[str, set[str]]:
+    """Return each module under the `packages` folders ("planning/core") → the ones it imports.
+
+    Only imports among those modules count, wherever they stand: at the top, in a function, under
+    `if TYPE_CHECKING:`. Relative imports are resolved; `from package import name` points at the
+    submodule when `name` is one, else at the package.
+    """
+    paths: dict[str, Path] = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        here = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = here.rsplit(".", node.level - 1)[0]
+                    base = f"{anchor}.{base}" if base else anchor
+                names = [f"{base}.{alias.name}" for alias in node.names]
+            for name in names:
+                while name and name not in paths:
+                    name = name.rpartition(".")[0]
+                if name and name != module:
+                    imported.add(name)
+        graph[module] = imported
+    return graph
+
+
+def import_cycle(graph: Mapping[str, Iterable[str]]) -> list[str]:
+    """Return one cycle of `graph` (module → the modules it imports) as [a, b, …, a], or []."""
+    try:
+        # graphlib reads the mapping as node → predecessors and reports the cycle that way round
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        return list(reversed(exc.args[1]))
+    return []
+
+
+def test_the_module_graph_sees_every_import_and_the_cycle_finder_its_circle(
+    tmp_path: Path,
+) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("def late() -> None:\n    from .b import thing\n")
+    (package / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import c\nthing = 1\n"
+    )
+    (package / "c.py").write_text("import pkg.a\nimport os\n")
+    graph = module_graph("pkg", root=tmp_path)
+    assert graph == {"pkg": set(), "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.c"}, "pkg.c": {"pkg.a"}}
+    cycle = import_cycle(graph)
+    assert len(cycle) == 4 and cycle[0] == cycle[-1]
+    assert all(after in graph[before] for before, after in itertools.pairwise(cycle))
+    assert import_cycle({"pkg.a": {"pkg.b"}, "pkg.b": set()}) == []
+
+
+def test_no_import_cycles_in_the_core() -> None:
+    cycle = import_cycle(module_graph(*(name.replace(".", "/") for name in PURE)))
+    assert cycle == [], " imports ".join(cycle)
 
 
 def test_apps_import_only_downwards() -> None:

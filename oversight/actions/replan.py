@@ -39,12 +39,12 @@ from oversight.actions.gates import open_gates, void_open_gates
 from oversight.models import Gate, GateKind, GateStatus
 from planning.actions import _limits as plan_limits
 from planning.catalogue import all_tool_specs, current_catalogue, enabled_pack
-from planning.core.catalogue import DomainPack
 from planning.core.dag import DagPlan
 from planning.core.diff import diff_plans
 from planning.core.errors import NoMethodMatched, PlanningError
 from planning.core.forward import ForwardDecomposition
 from planning.core.goal import GoalOrientedDecomposition
+from planning.core.pack import DomainPack
 from planning.core.serialize import node_hash
 from planning.core.static import MethodLibrary, StaticDecomposition
 from planning.core.tree import Compound, Goal, Leaf, Node, StrategyName

@@ -40,7 +40,7 @@ from oversight.models import (
 from oversight.policy import RISK_CLASSES
 from oversight.queries import inbox_for, visible_gate
 from planning.catalogue import registered_packs
-from planning.core.validation import REF_KEY, is_ref
+from planning.core.refs import REF_KEY, is_ref
 from planning.dot import plan_dot
 from planning.models import PlanNode, Tool
 from planning.queries import case_for, visible_cases

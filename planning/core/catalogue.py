@@ -1,4 +1,4 @@
-"""Agents, tools and domain packs: what plans may use.
+"""Agents and tools: what plans may use.
 
 Tool functions take their validated input model and a data-source port (whatever the pack
 needs, e.g. an ERP reader); the Django side passes a database-backed port, tests pass the
@@ -7,20 +7,14 @@ pack's in-memory one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from planning.core.errors import flatten_errors
-from planning.core.goal import Capability, GoalOrientedDecomposition
-from planning.core.tree import Goal, thaw
-
-if TYPE_CHECKING:
-    # Only a type here: the static planner imports the validation, which imports this module.
-    from planning.core.static import MethodLibrary
+from planning.core.tree import thaw
 
 type ToolRisk = Literal["read", "write", "financial", "external", "destructive"]
 type AgentKind = Literal["tool", "llm", "human"]
@@ -120,111 +114,3 @@ class Catalogue:
                 raise ValueError(f"duplicate tool {tool.name!r}")
             tool_map[tool.name] = tool
         return cls(MappingProxyType(agent_map), MappingProxyType(tool_map))
-
-
-def _has_problem(problems: Mapping[str, object], path: str) -> bool:
-    return any(p == path or p.startswith(f"{path}.") for p in problems)
-
-
-type StateView = Mapping[str, Any]
-type DataCheck = Callable[[Mapping[str, Any], Any], Mapping[str, Sequence[str]]]
-
-
-def _no_capabilities(state: StateView) -> tuple[Capability, ...]:
-    return ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DomainPack:
-    """Methods, agents, tools and case input schema for one domain."""
-
-    slug: str
-    name: str
-    description: str
-    input_schema: type[BaseModel]
-    root_task: str
-    methods: MethodLibrary
-    agents: tuple[AgentSpec, ...]
-    tools: tuple[ToolSpec, ...]
-    demo_port: Callable[[], Any] | None = None
-    # Checks the inputs the schema accepted against the pack's data, read through a port:
-    # field (as in "invoice_id" or "affected_hosts.1") → messages.
-    check_data: DataCheck | None = None
-    # Goal-oriented planning for one case: capabilities whose tool inputs carry the case's
-    # values (e.g. the invoice number), and the root task's goal facts chosen from the state.
-    capabilities: Callable[[StateView], tuple[Capability, ...]] = _no_capabilities
-    goal_facts: Callable[[StateView], frozenset[str]] | None = None
-    # The `llm` agent whose model and system prompt (as admins set them) plan this pack's cases
-    # with the LLM; without one, or while it is disabled, the environment's model and prompt.
-    planner_agent: str = ""
-    # Goal-level verification once every leaf of a case succeeded: the outputs by leaf key →
-    # the problems found (none: the goal is reached).
-    goal_check: Callable[[Mapping[str, Any]], Sequence[str]] | None = None
-
-    def initial_state(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
-        """Validate case `inputs` against the schema and return the planning state.
-
-        Raises `pydantic.ValidationError` when the inputs do not fit `input_schema`.
-        """
-        return self.input_schema.model_validate(dict(inputs)).model_dump(mode="json")
-
-    def check_inputs(self, inputs: Mapping[str, Any], port: Any | None) -> dict[str, list[str]]:
-        """Return every problem of case `inputs` at once, by path ("inputs.invoice_id").
-
-        First the schema's; then the pack's `check_data` through `port` on the fields the
-        schema accepted (none without a port). Raises nothing for bad inputs: it reports them.
-        """
-        try:
-            model = self.input_schema.model_validate(dict(inputs))
-        except ValidationError as exc:
-            problems = flatten_errors(exc.errors(), "inputs")
-            accepted = {
-                name: inputs[name]
-                for name in self.input_schema.model_fields
-                if name in inputs and not _has_problem(problems, f"inputs.{name}")
-            }
-        else:
-            problems = {}
-            accepted = dict(model)
-        if self.check_data is not None and port is not None and "inputs" not in problems:
-            for path, messages in self.check_data(MappingProxyType(accepted), port).items():
-                problems.setdefault(f"inputs.{path}", []).extend(messages)
-        return problems
-
-    def capabilities_for(self, state: StateView) -> tuple[Capability, ...]:
-        """Return the goal-oriented capabilities available for a case in `state`."""
-        return self.capabilities(state)
-
-    def goal_facts_for(self, state: StateView) -> Mapping[str, frozenset[str]]:
-        """Return the goal facts by task name for a case in `state` (none without `goal_facts`)."""
-        if self.goal_facts is None:
-            return MappingProxyType({})
-        return MappingProxyType({self.root_task: self.goal_facts(state)})
-
-    def goal_planner(
-        self, state: Mapping[str, Any], *, max_expansions: int = 100_000
-    ) -> GoalOrientedDecomposition:
-        """Return a goal-oriented planner over this pack's capabilities for `state`.
-
-        Raises `ValueError` when the capabilities' names are not unique.
-        """
-        return GoalOrientedDecomposition(
-            self.capabilities_for(state),
-            self.goal_facts_for(state),
-            max_expansions=max_expansions,
-        )
-
-    def catalogue(self) -> Catalogue:
-        """Return this pack's agents and tools as a catalogue."""
-        return Catalogue.from_specs(self.agents, self.tools)
-
-    def goal(self, description: str = "") -> Goal:
-        """Return the goal that plans this pack's root task."""
-        return Goal(name=self.root_task, description=description or self.description)
-
-    def tool(self, name: str) -> ToolSpec:
-        """Return the tool called `name`; raise `KeyError` when the pack has none."""
-        for tool in self.tools:
-            if tool.name == name:
-                return tool
-        raise KeyError(name)

@@ -14,15 +14,12 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from planning.core.dag import DagPlan
 from planning.core.errors import BudgetExceeded, GoalAlreadySatisfied, NoMethodMatched
+from planning.core.static import Step
 from planning.core.tree import Compound, FailurePolicy, Goal, Leaf, Provenance, freeze
-
-if TYPE_CHECKING:
-    # Only a type here: the static planner imports the catalogue, which imports this module.
-    from planning.core.static import Step
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 

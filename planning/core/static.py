@@ -15,67 +15,46 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any
 
 from planning.core.dag import DagPlan
 from planning.core.errors import BudgetExceeded, NoMethodMatched
+from planning.core.refs import REF_KEY, is_ref
 from planning.core.tree import (
     Compound,
-    FailurePolicy,
     Goal,
     Leaf,
+    LeafSpec,
     Node,
     Provenance,
     StrategyName,
-    freeze,
     thaw,
 )
-from planning.core.validation import REF_KEY, is_ref
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Step:
+class Step(LeafSpec):
     """A leaf specification emitted by a method; `reads`/`effects` drive forward planning."""
 
-    key: str
-    agent: str
-    task: str
-    rationale: str = ""
-    tool: str | None = None
-    inputs: Mapping[str, Any] = field(default=_EMPTY)
-    depends_on: tuple[str, ...] | None = None
-    expected_output: str | None = None
-    failure_policy: FailurePolicy = "abort"
-    risk: str | None = None
     reads: frozenset[str] = frozenset()
     effects: Mapping[str, Any] = field(default=_EMPTY)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "inputs", freeze(dict(self.inputs)))
+        # by name: a slotted dataclass is rebuilt, so the zero-argument super() misses it
+        LeafSpec.__post_init__(self)
         object.__setattr__(self, "effects", MappingProxyType(dict(self.effects)))
         object.__setattr__(self, "reads", frozenset(self.reads))
-        if self.depends_on is not None:
-            object.__setattr__(self, "depends_on", tuple(self.depends_on))
 
     def to_leaf(self, provenance: Provenance, depends_on: tuple[str, ...] | None = None) -> Leaf:
         """Return the leaf for this step (with `depends_on` overriding the declared one)."""
-        return Leaf(
-            key=self.key,
-            agent=self.agent,
-            task=self.task,
-            rationale=self.rationale,
-            tool=self.tool,
-            inputs=self.inputs,
-            depends_on=self.depends_on if depends_on is None else depends_on,
-            expected_output=self.expected_output,
-            failure_policy=self.failure_policy,
-            risk=self.risk,
-            provenance=provenance,
-        )
+        spec = {f.name: getattr(self, f.name) for f in fields(LeafSpec)}
+        if depends_on is not None:
+            spec["depends_on"] = depends_on
+        return Leaf(**spec, provenance=provenance)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from planning.core.dag import DagPlan
-    from planning.core.tree import Goal
+from planning.core.dag import DagPlan
+from planning.core.tree import Goal
 
 
 class Strategy(Protocol):

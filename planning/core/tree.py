@@ -68,8 +68,12 @@ class Provenance:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Leaf:
-    """An executable step assigned to one agent, optionally through one tool."""
+class LeafSpec:
+    """What a leaf does, declared once for a planned `Leaf` and a method's `Step`.
+
+    The agent, the task, the tool and its inputs, the order among siblings, the expected output,
+    the failure policy and the risk.
+    """
 
     key: str
     agent: str
@@ -81,6 +85,16 @@ class Leaf:
     expected_output: str | None = None
     failure_policy: FailurePolicy = "abort"
     risk: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", freeze(dict(self.inputs)))
+        object.__setattr__(self, "depends_on", _freeze_deps(self.depends_on))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Leaf(LeafSpec):
+    """An executable step assigned to one agent, optionally through one tool."""
+
     provenance: Provenance
 
     def __post_init__(self) -> None:
@@ -88,8 +102,8 @@ class Leaf:
             raise ValueError("a leaf needs a non-empty key")
         if self.failure_policy not in FAILURE_POLICIES:
             raise ValueError(f"unknown failure policy {self.failure_policy!r}")
-        object.__setattr__(self, "inputs", freeze(dict(self.inputs)))
-        object.__setattr__(self, "depends_on", _freeze_deps(self.depends_on))
+        # by name: a slotted dataclass is rebuilt, so the zero-argument super() misses it
+        LeafSpec.__post_init__(self)
 
     @property
     def is_leaf(self) -> bool:

@@ -1,14 +1,11 @@
 """Validate a plan against the agent/tool catalogue and plan limits, whatever its source.
 
-A tool input may reference an upstream leaf's output instead of a literal value:
-`{"$ref": "<leaf key>", "field": "<output field>"}` (without `field`: the whole output).
-The referenced leaf must be upstream of the consumer in the DAG; `resolve_inputs` replaces
-references with actual outputs at execution time.
+A tool input that references an upstream leaf's output (`planning.core.refs`) must name a leaf
+upstream of the consumer in the DAG, and an output field its tool has.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -17,9 +14,8 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from planning.core.catalogue import Catalogue
 from planning.core.dag import DagPlan
 from planning.core.errors import PlanInvalid, flatten_errors
+from planning.core.refs import REF_KEY, is_ref
 from planning.core.tree import Compound, Leaf, thaw
-
-REF_KEY = "$ref"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,45 +25,6 @@ class PlanLimits:
     max_leaves: int = 200
     max_fan_out: int = 25
     max_depth: int = 6
-
-
-def ref(key: str, field: str | None = None) -> dict[str, str]:
-    """Return an input value that stands for the output (field) of leaf `key`."""
-    return {REF_KEY: key} if field is None else {REF_KEY: key, "field": field}
-
-
-def is_ref(value: Any) -> bool:
-    """Tell whether an input value is a reference to an upstream output."""
-    return isinstance(value, Mapping) and REF_KEY in value and set(value) <= {REF_KEY, "field"}
-
-
-def resolve_inputs(inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> dict[str, Any]:
-    """Return `inputs` with references replaced by values from `outputs` (leaf key → output).
-
-    Raises `PlanInvalid` when a referenced output or field is missing.
-    """
-    resolved: dict[str, Any] = {}
-    for name, value in thaw(inputs).items():
-        if not is_ref(value):
-            resolved[name] = value
-            continue
-        key = str(value[REF_KEY])
-        if key not in outputs:
-            raise PlanInvalid(
-                f"input {name!r} needs the output of {key!r}, which is missing", (key,)
-            )
-        output = outputs[key]
-        if isinstance(output, BaseModel):
-            output = output.model_dump(mode="json")
-        if "field" in value:
-            if not isinstance(output, Mapping) or value["field"] not in output:
-                raise PlanInvalid(
-                    f"input {name!r}: output of {key!r} has no field {value['field']!r}", (key,)
-                )
-            resolved[name] = output[value["field"]]
-        else:
-            resolved[name] = output
-    return resolved
 
 
 def _input_problems(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from planning.core.catalogue import DomainPack
+from planning.core.pack import DomainPack
 from planning.packs import fraud, incident, invoice
 
 PACKS: Mapping[str, DomainPack] = MappingProxyType(

@@ -21,13 +21,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from planning.core.catalogue import (
-    AgentSpec,
-    DomainPack,
-    ToolCall,
-    ToolSpec,
-    TransientToolError,
-)
+from planning.core.catalogue import AgentSpec, ToolCall, ToolSpec, TransientToolError
+from planning.core.pack import DomainPack
 from planning.core.static import Method, MethodLibrary, Step
 from planning.packs.schema import PackModel
 

@@ -19,7 +19,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from planning.core.catalogue import AgentSpec, DomainPack, ToolSpec
+from planning.core.catalogue import AgentSpec, ToolSpec
+from planning.core.pack import DomainPack
 from planning.core.static import Method, MethodLibrary, Step, TaskRef
 from planning.packs.schema import PackModel
 from tests.fakes.execution_pack import EffectArgs, EffectResult, EffectsPort, effect, fail

@@ -24,7 +24,8 @@ from oversight.llm_runner import RULES
 from oversight.models import Gate, GateKind, GateStatus
 from planning.actions import materialise_plan, submit_case
 from planning.catalogue import sync_packs
-from planning.core.catalogue import AgentSpec, DomainPack, ToolCall, ToolSpec
+from planning.core.catalogue import AgentSpec, ToolCall, ToolSpec
+from planning.core.pack import DomainPack
 from planning.core.serialize import canonical_json
 from planning.core.static import Method, MethodLibrary, Step
 from planning.models import Agent, Case, CaseStatus, LlmCall, NodeStatus, PlanNode

@@ -437,6 +437,32 @@ class _Completion(BaseModel):
     model: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Reply:
+    """A completed call's answer as the server sent it, before the caller reads it."""
+
+    choice: _Choice | None
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+
+    @property
+    def truncated(self) -> bool:
+        """Tell whether the answer was cut off at its token bound."""
+        return self.finish_reason == "length"
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading[R]:
+    """What a caller made of a reply: its value, the response text to record, the error."""
+
+    value: R
+    record_text: str
+    error: str | None
+
+
 def schema_instructions(schema_name: str, json_schema: Mapping[str, Any]) -> str:
     """Return the system-prompt text that carries the schema when the server cannot enforce it."""
     return (
@@ -653,70 +679,34 @@ class LlmClient:
         schema = dict(json_schema)
         digest = digest or self.request_hash(messages, schema_name, schema)
         label, bound = self._begin(call_id, max_tokens)
-        sent: list[dict[str, Any]] = [dict(m) for m in messages]
-        ticket = self._reserve(
-            lambda: self._body(messages, schema_name, schema, bound, self._form)[0],
-            schema_name,
-            bound,
+
+        def read(reply: _Reply) -> _Reading[T | None]:
+            if reply.truncated:
+                # a cut-off answer is never parsed: its JSON error would blame the model's syntax
+                return _Reading(None, reply.text, _truncation_error(bound, len(reply.text)))
+            parsed, error = parse_response(reply.text, validate)
+            return _Reading(parsed, reply.text, error)
+
+        reply, reading = self._call(
+            messages,
+            lambda form: self._body(messages, schema_name, schema, bound, form),
+            read,
+            label=label,
+            bound=bound,
+            schema_name=schema_name,
+            digest=digest,
         )
-        started_at = time.time()
-        started = time.perf_counter()
-        span = self._start_span(schema_name, bound)
-        try:
-            completion = self._exchange(
-                lambda form: self._body(messages, schema_name, schema, bound, form), sent
-            )
-        except (openai.OpenAIError, ValidationError) as exc:
-            _end_span(span, error=exc)
-            latency = time.perf_counter() - started
-            error = f"LLM call to model {self.model!r} failed: {_describe(exc)}"
-            self._report(label, schema_name, digest, sent, "", 0, 0, latency, started_at, error)
-            self._settle(ticket, 0, 0)  # made and failed: a call that used no tokens
-            raise LlmCallFailed(error, transient=_is_transient(exc)) from exc
-        except BaseException:
-            self._release(ticket)
-            raise
-        latency = time.perf_counter() - started
-        choice = completion.choices[0] if completion.choices else None
-        text = (choice.message.content or "") if choice is not None else ""
-        usage = completion.usage or _Usage()
-        prompt_tokens, completion_tokens = usage.prompt_tokens or 0, usage.completion_tokens or 0
-        truncated = choice is not None and choice.finish_reason == "length"
-        _end_span(
-            span, completion=completion, finish_reason=choice.finish_reason if choice else None
-        )
-        parsed: T | None
-        validation_error: str | None
-        if truncated:
-            # a cut-off answer is never parsed: its JSON error would blame the model's syntax
-            parsed, validation_error = None, _truncation_error(bound, len(text))
-        else:
-            parsed, validation_error = parse_response(text, validate)
-        self._report(
-            label,
-            schema_name,
-            digest,
-            sent,
-            text,
-            prompt_tokens,
-            completion_tokens,
-            latency,
-            started_at,
-            validation_error,
-        )
-        # counted once it is in the record: a failing ledger loses no call of the trail
-        self._settle(ticket, prompt_tokens, completion_tokens)
         return LlmResult(
             call_id=label,
             model=self.model,
             request_hash=digest,
-            text=text,
-            parsed=parsed,
-            validation_error=validation_error,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            latency_s=latency,
-            truncated=truncated,
+            text=reply.text,
+            parsed=reading.value,
+            validation_error=reading.error,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            latency_s=reply.latency_s,
+            truncated=reply.truncated,
             max_tokens=bound,
         )
 
@@ -752,7 +742,6 @@ class LlmClient:
             {"response": schema or {}, "tools": offered, "tool_choice": tool_choice},
         )
         label, bound = self._begin(call_id, max_tokens)
-        sent: list[dict[str, Any]] = [dict(m) for m in messages]
 
         def build(form: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             body, messages_sent = self._body(messages, schema_name, schema, bound, form)
@@ -761,6 +750,71 @@ class LlmClient:
                 body["tool_choice"] = tool_choice
             return body, messages_sent
 
+        def read(reply: _Reply) -> _Reading[tuple[tuple[LlmToolCall, ...], T | None]]:
+            if reply.truncated:
+                # cut off: neither a final answer nor tool calls whose arguments may be whole
+                return _Reading(((), None), reply.text, _truncation_error(bound, len(reply.text)))
+            choice = reply.choice
+            calls = _tool_calls(choice.message.tool_calls or []) if choice is not None else ()
+            if not calls:
+                parsed, error = parse_response(reply.text, validate)
+                return _Reading(((), parsed), reply.text, error)
+            record = canonical_json(
+                {
+                    "content": reply.text,
+                    "tool_calls": [
+                        {"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls
+                    ],
+                }
+            )
+            return _Reading((calls, None), record, None)
+
+        reply, reading = self._call(
+            messages,
+            build,
+            read,
+            label=label,
+            bound=bound,
+            schema_name=schema_name,
+            digest=digest,
+        )
+        calls, parsed = reading.value
+        return LlmToolsResult(
+            call_id=label,
+            model=self.model,
+            request_hash=digest,
+            text=reply.text,
+            tool_calls=calls,
+            parsed=parsed,
+            validation_error=reading.error,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            latency_s=reply.latency_s,
+            finish_reason=reply.finish_reason,
+            truncated=reply.truncated,
+            max_tokens=bound,
+        )
+
+    def _call[R](
+        self,
+        messages: Sequence[ConversationMessage],
+        build: Callable[[int], tuple[dict[str, Any], list[dict[str, Any]]]],
+        read: Callable[[_Reply], _Reading[R]],
+        *,
+        label: str,
+        bound: int,
+        schema_name: str,
+        digest: str,
+    ) -> tuple[_Reply, _Reading[R]]:
+        """Reserve the call with the guard, send it, record it, settle it to its usage.
+
+        `build(form)` makes the request body (and the messages it sends) for a form of structured
+        output; `read` makes of the reply what the caller returns, the response text to record
+        and the validation error. Return the reply and what `read` made of it. Raises
+        LlmBudgetExhausted when the guard refuses the call, and LlmCallFailed when the call
+        itself fails (recorded, and settled as a call that used no tokens).
+        """
+        sent: list[dict[str, Any]] = [dict(m) for m in messages]
         ticket = self._reserve(lambda: build(self._form)[0], schema_name, bound)
         started_at = time.time()
         started = time.perf_counter()
@@ -779,62 +833,33 @@ class LlmClient:
             raise
         latency = time.perf_counter() - started
         choice = completion.choices[0] if completion.choices else None
-        text = (choice.message.content or "") if choice is not None else ""
         finish_reason = (choice.finish_reason or "") if choice is not None else ""
         _end_span(span, completion=completion, finish_reason=finish_reason or None)
-        calls = _tool_calls(choice.message.tool_calls or []) if choice is not None else ()
         usage = completion.usage or _Usage()
-        prompt_tokens, completion_tokens = usage.prompt_tokens or 0, usage.completion_tokens or 0
-        truncated = finish_reason == "length"
-        parsed: T | None = None
-        validation_error: str | None = None
-        if truncated:
-            # cut off: neither a final answer nor tool calls whose arguments may be whole
-            calls = ()
-            validation_error = _truncation_error(bound, len(text))
-        elif not calls:
-            parsed, validation_error = parse_response(text, validate)
-        response_text = (
-            canonical_json(
-                {
-                    "content": text,
-                    "tool_calls": [
-                        {"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls
-                    ],
-                }
-            )
-            if calls
-            else text
+        reply = _Reply(
+            choice=choice,
+            text=(choice.message.content or "") if choice is not None else "",
+            finish_reason=finish_reason,
+            prompt_tokens=usage.prompt_tokens or 0,
+            completion_tokens=usage.completion_tokens or 0,
+            latency_s=latency,
         )
+        reading = read(reply)
         self._report(
             label,
             schema_name,
             digest,
             sent,
-            response_text,
-            prompt_tokens,
-            completion_tokens,
+            reading.record_text,
+            reply.prompt_tokens,
+            reply.completion_tokens,
             latency,
             started_at,
-            validation_error,
+            reading.error,
         )
         # counted once it is in the record: a failing ledger loses no call of the trail
-        self._settle(ticket, prompt_tokens, completion_tokens)
-        return LlmToolsResult(
-            call_id=label,
-            model=self.model,
-            request_hash=digest,
-            text=text,
-            tool_calls=calls,
-            parsed=parsed,
-            validation_error=validation_error,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            latency_s=latency,
-            finish_reason=finish_reason,
-            truncated=truncated,
-            max_tokens=bound,
-        )
+        self._settle(ticket, reply.prompt_tokens, reply.completion_tokens)
+        return reply, reading
 
     def _start_span(self, schema_name: str, max_tokens: int) -> Any:
         """Start the call's client span (GenAI semantic conventions), or None while tracing is

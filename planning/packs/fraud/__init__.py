@@ -8,7 +8,8 @@ port (`data`). A case names an account the data knows.
 
 from __future__ import annotations
 
-from planning.core.catalogue import AgentSpec, DomainPack
+from planning.core.catalogue import AgentSpec
+from planning.core.pack import DomainPack
 from planning.packs.fraud import goals
 from planning.packs.fraud.data import InMemoryFraudData
 from planning.packs.fraud.inputs import FraudCaseInput, check_inputs

@@ -9,7 +9,8 @@ outage names a database the estate runs, and affected hosts must exist.
 
 from __future__ import annotations
 
-from planning.core.catalogue import AgentSpec, DomainPack
+from planning.core.catalogue import AgentSpec
+from planning.core.pack import DomainPack
 from planning.packs.incident import goals
 from planning.packs.incident.infrastructure import InMemoryInfrastructure
 from planning.packs.incident.inputs import IncidentCaseInput, check_inputs

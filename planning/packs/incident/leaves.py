@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from planning.core.refs import ref
 from planning.core.static import Step
-from planning.core.validation import ref
 
 
 def alert_stakeholders(service: str) -> Step:

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from planning.core.catalogue import AgentSpec, DomainPack
+from planning.core.catalogue import AgentSpec
+from planning.core.pack import DomainPack
 from planning.packs.invoice import goals
 from planning.packs.invoice.erp import InMemoryErp
 from planning.packs.invoice.inputs import InvoiceCaseInput, check_inputs

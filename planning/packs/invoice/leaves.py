@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from planning.core.refs import ref
 from planning.core.static import Step
-from planning.core.validation import ref
 
 INVOICE = ref("extract-fields")
 

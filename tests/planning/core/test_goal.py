@@ -2,9 +2,9 @@ import pytest
 
 from planning.core.errors import GoalAlreadySatisfied, NoMethodMatched
 from planning.core.goal import Capability, GoalOrientedDecomposition
+from planning.core.refs import ref
 from planning.core.static import Step
 from planning.core.tree import Goal
-from planning.core.validation import ref
 
 
 def cap(name: str, inputs: set[str], outputs: set[str], cost: float = 1.0) -> Capability:

@@ -4,9 +4,9 @@ import pytest
 
 from planning.core.errors import NoMethodMatched
 from planning.core.forward import ForwardDecomposition
+from planning.core.refs import REF_KEY, ref
 from planning.core.static import Method, MethodLibrary, StaticDecomposition, Step, TaskRef
 from planning.core.tree import Compound, Goal
-from planning.core.validation import REF_KEY, ref
 
 
 def library() -> MethodLibrary:

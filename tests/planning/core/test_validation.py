@@ -6,8 +6,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from planning.core.catalogue import AgentSpec, Catalogue, ToolSpec
 from planning.core.dag import DagPlan
 from planning.core.errors import PlanInvalid
+from planning.core.refs import ref, resolve_inputs
 from planning.core.tree import Compound, Leaf, Provenance
-from planning.core.validation import PlanLimits, ref, resolve_inputs, validate_plan
+from planning.core.validation import PlanLimits, validate_plan
 
 PROV = Provenance(strategy="llm", source="llm:1", depth=1)
 

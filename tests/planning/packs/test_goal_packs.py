@@ -6,12 +6,13 @@ from typing import Any
 
 import pytest
 
-from planning.core.catalogue import DomainPack
 from planning.core.dag import DagPlan
 from planning.core.errors import GoalAlreadySatisfied, NoMethodMatched
 from planning.core.goal import Capability, GoalOrientedDecomposition
+from planning.core.pack import DomainPack
+from planning.core.refs import resolve_inputs
 from planning.core.static import StaticDecomposition
-from planning.core.validation import resolve_inputs, validate_plan
+from planning.core.validation import validate_plan
 from planning.packs import PACKS, fraud, incident, invoice
 from planning.packs.fraud.data import InMemoryFraudData
 from planning.packs.incident.infrastructure import InMemoryInfrastructure
