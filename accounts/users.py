@@ -18,7 +18,7 @@ are never written to the trail.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime, timedelta
@@ -436,6 +436,19 @@ def _request_password_reset(
     return request
 
 
+# The event of each way a two-person request closes (codes spelt out for tests/audit).
+_RESET_CLOSED: Mapping[str, str] = {
+    PasswordResetRequest.Status.APPROVED: "auth.password_reset.approved",
+    PasswordResetRequest.Status.REJECTED: "auth.password_reset.rejected",
+    PasswordResetRequest.Status.EXPIRED: "auth.password_reset.expired",
+}
+_GRANT_CLOSED: Mapping[str, str] = {
+    RoleGrantRequest.Status.APPROVED: "auth.role_grant.approved",
+    RoleGrantRequest.Status.REJECTED: "auth.role_grant.rejected",
+    RoleGrantRequest.Status.EXPIRED: "auth.role_grant.expired",
+}
+
+
 def _close(
     request: PasswordResetRequest,
     status: str,
@@ -450,7 +463,7 @@ def _close(
     request.decided_at = now
     request.save(update_fields=["status", "decided_by", "decided_at"])
     append_event(
-        f"auth.password_reset.{status}",
+        _RESET_CLOSED[status],
         actor=admin,
         chain=SYSTEM_CHAIN,
         data={
@@ -625,7 +638,7 @@ def _close_grant(
     request.save(update_fields=["status", "decided_by", "decided_at", "reason"])
     held = role_names(request.target)
     append_event(
-        f"auth.role_grant.{status}",
+        _GRANT_CLOSED[status],
         actor=admin,
         chain=SYSTEM_CHAIN,
         data={

@@ -5,7 +5,8 @@ canonical JSON, every field its hash covers), `events.csv` (the same events for 
 every cell made inert), `manifest.json` (scope, counts, head, the chain's latest checkpoint,
 exporter, time, key and the SHA-256 of both event files) and `manifest.sig` (the Ed25519
 signature of manifest.json's bytes). Events are read in chunks and written straight into a
-temporary file, so memory stays flat whatever the chain's length.
+temporary file, so memory stays flat whatever the chain's length. Beside each action the CSV
+gives its title (audit.codes), for people: no hash covers it, the manifest's digest does.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from django.utils import timezone
 import casehub_verify
 from audit.chain import SYSTEM_CHAIN, append_event, case_chain, event_record
 from audit.checkpoints import latest_checkpoint
+from audit.codes import title
 from audit.models import AuditChainHead, AuditEvent
 from audit.signing import SigningKey, current_key
 from casehub_verify import canonical_json
@@ -107,6 +109,7 @@ def _write_csv(target: IO[bytes], events: Iterator[AuditEvent]) -> str:
     for n, event in enumerate(events, start=1):
         record = event_record(event)
         record["data"] = canonical_json(record["data"])
+        record["title"] = title(record["action"])
         writer.writerow([inert_cell(str(record[column])) for column in casehub_verify.CSV_COLUMNS])
         if n % CHUNK_SIZE == 0:
             flush()

@@ -8,7 +8,7 @@ transaction of its own, so the refusal is in the trail although nothing else cha
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -559,12 +559,19 @@ def _decide(
     return gate
 
 
+# The event of each case status a decision sets (codes spelt out for tests/audit).
+_DECIDED: Mapping[str, str] = {
+    CaseStatus.APPROVED: "planning.case.approved",
+    CaseStatus.REJECTED: "planning.case.rejected",
+}
+
+
 def _set_case_status(case: Case, status: str, user: User | None, **data: Any) -> None:
     before = case.status
     case.status = status
     case.save(update_fields=["status", "updated_at"])
     append_event(
-        f"planning.case.{status}",
+        _DECIDED[status],
         actor=user,
         chain=case_chain(case.pk),
         data={"case": case.pk, "before": {"status": before}, "after": {"status": status}, **data},

@@ -90,6 +90,24 @@ def test_a_bundle_holds_the_events_the_csv_the_manifest_and_its_signature() -> N
     assert _verify(raw, [key.public_key]).ok
 
 
+def test_the_csv_gives_each_action_its_title_which_no_hash_covers() -> None:
+    chain = case_chain(5)
+    append_event("planning.case.submitted", chain=chain, data={"case": 5})
+    append_event("oversight.gate.decided", chain=chain, data={"gate": 1})
+    append_event("ci.audit.checked", chain=chain)
+    raw = _export(5)
+    assert _verify(raw).ok
+    members = _members(raw)
+    rows = list(csv.DictReader(io.StringIO(members["events.csv"].decode())))
+    assert [(row["action"], row["title"]) for row in rows] == [
+        ("planning.case.submitted", "Case submitted"),
+        ("oversight.gate.decided", "Gate decided"),
+        ("ci.audit.checked", "ci.audit.checked"),
+    ]
+    records = [json.loads(line) for line in members["events.jsonl"].splitlines()]
+    assert all(tuple(sorted(r)) == tuple(sorted(casehub_verify.EVENT_FIELDS)) for r in records)
+
+
 def test_exports_are_audited_in_the_system_chain() -> None:
     _steps(4, 2)
     auditor = personas.auditor()

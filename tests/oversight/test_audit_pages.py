@@ -147,6 +147,20 @@ def test_an_auditor_reads_the_events_in_seq_order_with_their_details(
     assert "&quot;case&quot;: 1" in html
 
 
+def test_each_event_shows_its_title_beside_its_code(auditor: Any, case: Case) -> None:
+    html = client_for(auditor).get(trail_url(case)).content.decode()
+    assert (
+        '<span class="event-title">Case submitted</span>'
+        '<code class="action event-code">planning.case.submitted</code>'
+    ) in html
+    assert '<span class="event-title">Agent changed</span>' in html
+    # A code no longer registered (an older version's) is shown as it is, without a title.
+    assert '<span class="seq">#2</span>' in html
+    assert re.search(
+        r'\)</span></span>\s*<code class="action event-code">planning\.run\.started</code>', html
+    )
+
+
 def test_filters_in_the_url_narrow_the_events(auditor: Any, case: Case) -> None:
     client = client_for(auditor)
     assert seqs(client.get(trail_url(case), {"action": "planning.run"}).content.decode()) == [2, 3]
@@ -314,6 +328,20 @@ def test_the_audit_list_links_case_chains_to_their_trail(auditor: Any, case: Cas
     html = client_for(auditor).get("/audit/").content.decode()
     assert f'<a href="{trail_url(case)}" data-link="case-trail">case:{case.pk}</a>' in html
     assert "<td>system</td>" in html
+
+
+def test_the_audit_list_shows_titles_and_codes_escaped(auditor: Any, case: Case) -> None:
+    append_event("auth.login.failed", data={"username": "mallory"})
+    append_event("ci.audit.checked")
+    append_event("x.<b>bold</b>")
+    html = client_for(auditor).get("/audit/").content.decode()
+    assert (
+        '<td><span class="event-title">Sign-in failed</span> '
+        '<code class="event-code">auth.login.failed</code></td>'
+    ) in html
+    assert '<td><code class="event-code">ci.audit.checked</code></td>' in html
+    assert '<td><code class="event-code">x.&lt;b&gt;bold&lt;/b&gt;</code></td>' in html
+    assert '<th scope="col">Event</th>' in html
 
 
 def test_the_case_page_links_to_its_trail_for_auditors_only(auditor: Any, case: Case) -> None:

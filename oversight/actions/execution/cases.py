@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -85,6 +85,13 @@ def _await_judge(case: Case, *, checks: Sequence[str], judge: str) -> None:
     dispatch.enqueue_goal_judge(case.pk, time_limit_s=task_time_limit_s())
 
 
+# The event of each way a case ends (codes spelt out for tests/audit).
+_ENDED: Mapping[str, str] = {
+    CaseStatus.COMPLETED: "planning.case.completed",
+    CaseStatus.FAILED: "planning.case.failed",
+}
+
+
 def _end_case(
     case: Case, status: str, *, reasons: Sequence[str], checks: Sequence[str] = ()
 ) -> None:
@@ -106,7 +113,7 @@ def _end_case(
             PlanVersion.objects.get(pk=case.current_version_id), why=f"the case is {status}"
         )
     append_event(
-        f"planning.case.{status}",
+        _ENDED[status],
         chain=case_chain(case.pk),
         data={
             "case": case.pk,
