@@ -52,7 +52,7 @@ from oversight.api.gates import router as gates_router
 from oversight.api.plans import router as plans_router
 from oversight.denials import record_denial
 from oversight.models import AccessDenial
-from oversight.throttling import throttled_response
+from oversight.throttling import record_sign_in, throttled_response
 from planning import actions, rules
 from planning.api import Message, ServerError, ValidationMessage
 from planning.api import router as planning_router
@@ -443,11 +443,11 @@ def create_token(request: HttpRequest, credentials: TokenIn) -> Any:
 
     A user holds at most CASEHUB_API_TOKEN_MAX_PER_USER tokens: a new one beyond that revokes
     the oldest. 401 for a wrong username or password or an inactive account (one message for
-    all; the failure is audited); 429 with Retry-After after too many failures for the account
-    or from the address (oversight.throttling).
+    all; the failure is audited); 429 with Retry-After past the sign-in limits, the same as the
+    web sign-in's (oversight.throttling).
     """
     # authenticate() sends user_login_failed on bad credentials, which the audit trail records;
-    # django-axes refuses it before any password check once the account or address is locked.
+    # django-axes refuses it before any password check past a limit.
     # axes also stores a failed attempt's form fields: the body is JSON whatever Content-Type
     # says, so it gets none (a multipart type without a boundary would raise, not answer 400).
     request.POST = QueryDict()
@@ -456,6 +456,7 @@ def create_token(request: HttpRequest, credentials: TokenIn) -> Any:
         return throttled_response(request, credentials={"username": credentials.username})
     if user is None:
         return Status(401, {"message": "Invalid username or password."})
+    record_sign_in(request, user)
     raw = actions.issue_api_token(user)
     return Status(200, {"token": raw, "expires_at": actions.token_secret_expires_at(raw)})
 

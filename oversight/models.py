@@ -387,6 +387,7 @@ class AccessDenial(models.Model):
         FORBIDDEN = "forbidden"
         NOT_FOUND = "not_found"
         BAD_TOKEN = "bad_token"  # noqa: S105 (a kind of denial, not a secret)
+        THROTTLED = "throttled"  # a sign-in refused by oversight.throttling
 
     PATH_LENGTH = 300
 
