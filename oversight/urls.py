@@ -1,7 +1,7 @@
 from django.urls import path
 
 from oversight import views
-from oversight.views import account, execution, gates, quality, versions
+from oversight.views import account, execution, gates, lockouts, quality, versions
 
 app_name = "oversight"
 
@@ -36,6 +36,8 @@ urlpatterns = [
     ),
     path("execution/", execution.execution_control, name="execution-control"),
     path("execution/control", execution.execution_control_set, name="execution-control-set"),
+    path("sign-in-lockouts/", lockouts.lockout_list, name="lockout-list"),
+    path("sign-in-lockouts/lift", lockouts.lockout_lift, name="lockout-lift"),
     path("notifications/", gates.notifications, name="notifications"),
     path("notifications/read-all", gates.notifications_read_all, name="notifications-read-all"),
     path(
