@@ -412,7 +412,8 @@ CELERY_BEAT_SCHEDULE["admin-requests"] = {
 # - one address over all usernames (password spraying): CASEHUB_LOGIN_ADDRESS_FAILURE_LIMIT
 #   failures within the same cool-off;
 # - one username over all addresses (a distributed attack): CASEHUB_LOGIN_USERNAME_FAILURE_LIMIT
-#   failures within CASEHUB_LOGIN_USERNAME_WINDOW_SECONDS slow it to that rate, never lock it.
+#   failures within CASEHUB_LOGIN_USERNAME_WINDOW_SECONDS slow it to that rate, never lock it
+#   (5 in 3 minutes: at most 100 guesses an hour at one account from addresses it never used).
 # The last two spare a username at an address it signed in from within
 # CASEHUB_LOGIN_KNOWN_ADDRESS_DAYS (axes's access log; 0: none is spared), so neither an attacker
 # elsewhere nor a neighbour behind the same address can keep its owner out; the pair limit still
@@ -429,7 +430,7 @@ CASEHUB_LOGIN_COOLOFF_MINUTES = env_int("CASEHUB_LOGIN_COOLOFF_MINUTES", 15, min
 CASEHUB_LOGIN_ADDRESS_FAILURE_LIMIT = env_int("CASEHUB_LOGIN_ADDRESS_FAILURE_LIMIT", 100, minimum=1)
 CASEHUB_LOGIN_USERNAME_FAILURE_LIMIT = env_int("CASEHUB_LOGIN_USERNAME_FAILURE_LIMIT", 5, minimum=1)
 CASEHUB_LOGIN_USERNAME_WINDOW_SECONDS = env_int(
-    "CASEHUB_LOGIN_USERNAME_WINDOW_SECONDS", 60, minimum=1
+    "CASEHUB_LOGIN_USERNAME_WINDOW_SECONDS", 180, minimum=1
 )
 if CASEHUB_LOGIN_USERNAME_WINDOW_SECONDS > CASEHUB_LOGIN_COOLOFF_MINUTES * 60:
     # axes deletes failures older than the cool-off: a longer window would count too few.

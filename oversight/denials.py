@@ -7,8 +7,10 @@ every minute) writes one `security.access.denied.summary` with the minute's coun
 counted more than one. So an anonymous caller scanning ids or paths adds at most one event per
 minute and kind to the chain, plus one summary, however many requests it sends.
 
-The client is REMOTE_ADDR as the server saw it; no X-Forwarded-For header is trusted yet, so behind
-a reverse proxy every caller shares the proxy's address (and its counters).
+The client is REMOTE_ADDR as the server saw it unless the caller names it: sign-in throttling
+(kind `throttled`) names the address behind CASEHUB_TRUSTED_PROXY_COUNT proxies; for the other
+kinds no X-Forwarded-For header is trusted yet, so behind a reverse proxy those callers share the
+proxy's address (and its counters).
 """
 
 from __future__ import annotations

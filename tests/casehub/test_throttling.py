@@ -467,3 +467,48 @@ def test_a_username_window_longer_than_the_cool_off_is_refused_at_start(tmp_path
     )
     assert done.returncode != 0
     assert "CASEHUB_LOGIN_USERNAME_WINDOW_SECONDS cannot be longer than" in done.stderr
+
+
+LIMIT_SETTINGS = {
+    "CASEHUB_LOGIN_FAILURE_LIMIT": ("10", "7"),
+    "CASEHUB_LOGIN_COOLOFF_MINUTES": ("15", "20"),
+    "CASEHUB_LOGIN_ADDRESS_FAILURE_LIMIT": ("100", "300"),
+    "CASEHUB_LOGIN_USERNAME_FAILURE_LIMIT": ("5", "3"),
+    "CASEHUB_LOGIN_USERNAME_WINDOW_SECONDS": ("180", "120"),
+    "CASEHUB_LOGIN_KNOWN_ADDRESS_DAYS": ("30", "0"),
+}
+
+
+def test_the_limits_default_as_documented_and_are_read_from_the_environment(
+    tmp_path: Path,
+) -> None:
+    code = (
+        "from django.conf import settings as s; "
+        f"print(' '.join(str(getattr(s, name)) for name in {sorted(LIMIT_SETTINGS)!r}), "
+        "s.AXES_FAILURE_LIMIT, s.AXES_COOLOFF_TIME.total_seconds(), s.AXES_LOCKOUT_PARAMETERS)"
+    )
+    base = {k: v for k, v in os.environ.items() if k not in LIMIT_SETTINGS}
+    base.update(
+        DJANGO_SETTINGS_MODULE="casehub.settings",
+        CASEHUB_VAR_DIR=str(tmp_path),
+        SECRET_KEY="tests-only",
+    )
+    overrides = {name: values[1] for name, values in LIMIT_SETTINGS.items()}
+    defaults, overridden = (
+        subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            env={**base, **extra},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split(" ", len(LIMIT_SETTINGS) + 2)
+        for extra in ({}, overrides)
+    )
+    names = sorted(LIMIT_SETTINGS)
+    assert defaults[: len(names)] == [LIMIT_SETTINGS[name][0] for name in names]
+    assert overridden[: len(names)] == [LIMIT_SETTINGS[name][1] for name in names]
+    assert defaults[len(names) :] == ["10", "900.0", "[['username', 'ip_address']]\n"]
+    assert overridden[len(names) : -1] == ["7", "1200.0"]
+    lines = (ROOT / ".env.example").read_text().splitlines()
+    assert [f"{name}={LIMIT_SETTINGS[name][0]}" in lines for name in names] == [True] * len(names)
