@@ -7,8 +7,10 @@ every minute) writes one `security.access.denied.summary` with the minute's coun
 counted more than one. So an anonymous caller scanning ids or paths adds at most one event per
 minute and kind to the chain, plus one summary, however many requests it sends.
 
-The client is REMOTE_ADDR as the server saw it; no X-Forwarded-For header is trusted yet, so behind
-a reverse proxy every caller shares the proxy's address (and its counters).
+The client is REMOTE_ADDR as the server saw it unless the caller names it: sign-in throttling
+(kind `throttled`) names the address behind CASEHUB_TRUSTED_PROXY_COUNT proxies; for the other
+kinds no X-Forwarded-For header is trusted yet, so behind a reverse proxy those callers share the
+proxy's address (and its counters).
 """
 
 from __future__ import annotations
@@ -79,21 +81,27 @@ def _count_again(key: dict[str, Any], path: str) -> bool:
 
 
 def record_denial(
-    request: HttpRequest, kind: AccessDenial.Kind | str, *, now: datetime | None = None
+    request: HttpRequest,
+    kind: AccessDenial.Kind | str,
+    *,
+    now: datetime | None = None,
+    source: str | None = None,
 ) -> bool:
     """Count one denial of `request`; return True when it was its minute's first (and audited).
 
     The counter is bumped in its own transaction (a savepoint inside the caller's), and the first
-    denial of a (source, user, kind, minute) writes `security.access.denied` with it. For a bad
-    token the caller is anonymous whatever the session says. Missing static files are not
-    recorded. A database error is logged, never raised: the refusal is answered all the same.
+    denial of a (source, user, kind, minute) writes `security.access.denied` with it. The source
+    is REMOTE_ADDR unless the caller names the client (sign-in throttling names the address
+    behind trusted proxies). For a bad token the caller is anonymous whatever the session says.
+    Missing static files are not recorded. A database error is logged, never raised: the refusal
+    is answered all the same.
     """
     kind = AccessDenial.Kind(kind)
     path = request.path
     if kind == AccessDenial.Kind.NOT_FOUND and is_static_path(path):
         return False
     user = None if kind == AccessDenial.Kind.BAD_TOKEN else _user_of(request)
-    source = _text(str(request.META.get("REMOTE_ADDR") or "unknown"), SOURCE_LENGTH)
+    source = _text(str(source or request.META.get("REMOTE_ADDR") or "unknown"), SOURCE_LENGTH)
     path = _text(path, AccessDenial.PATH_LENGTH)
     minute = _minute(now or timezone.now())
     key: dict[str, Any] = {"source": source, "user": user, "kind": kind, "minute": minute}

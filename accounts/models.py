@@ -86,13 +86,15 @@ class AccessDenial(models.Model):
     accounts.denials.flush_denials summarises them in one event once the minute is over, so a
     flood of refused requests costs one row, not a chain of events. `source` is REMOTE_ADDR as
     the server saw it: behind a reverse proxy that is the proxy's address (no forwarded-for
-    header is trusted yet).
+    header is trusted yet), except for refused sign-ins (`throttled`), whose source is the
+    client behind CASEHUB_TRUSTED_PROXY_COUNT proxies.
     """
 
     class Kind(models.TextChoices):
         FORBIDDEN = "forbidden"
         NOT_FOUND = "not_found"
         BAD_TOKEN = "bad_token"  # noqa: S105 (a kind of denial, not a secret)
+        THROTTLED = "throttled"  # a sign-in refused by accounts.throttling
 
     PATH_LENGTH = 300
 

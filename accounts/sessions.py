@@ -7,7 +7,7 @@ only the sessions of the last half hour or so are unexpired, so that read stays 
 
 Every change writes its audit event on the system chain in the same transaction:
 `security.sessions.ended` (log out everywhere, or an admin's change that ends a user's access),
-`security.login.throttled` (a sign-in lockout began). API tokens are revoked through
+`security.login.throttled` (a sign-in limit was reached). API tokens are revoked through
 planning.actions, which writes `auth.token.revoked`.
 """
 
@@ -98,18 +98,19 @@ def log_out_everywhere(user: User, current: SessionBase) -> dict[str, int]:
 
 @transaction.atomic
 def record_login_throttled(
-    *, username: str, ip_address: str, failures: int, until: datetime, path: str
+    *, username: str, ip_address: str, failures: int, until: datetime, path: str, limit: str
 ) -> None:
-    """Record that sign-in from this account or address is refused until `until`.
+    """Record that sign-in is refused until `until` by `limit` (pair, address or username).
 
-    Written once when a lockout begins (not for each refused attempt: those are already
-    `auth.login.failed` events). The username is recorded as typed, known or not.
+    Written once, by the failure that reaches the limit (the refused attempts after it are
+    counted as access denials). The username is recorded as typed, known or not.
     """
     append_event(
         "security.login.throttled",
         actor=Actor(ActorKind.ANONYMOUS, username[:150] or "anonymous"),
         chain=SYSTEM_CHAIN,
         data={
+            "limit": limit,
             "username": username[:150],
             "ip": ip_address,
             "failures": failures,

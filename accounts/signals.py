@@ -43,6 +43,11 @@ def _on_login(sender: Any, request: HttpRequest, user: Any, **kwargs: Any) -> No
 def _on_login_failed(
     sender: Any, credentials: dict[str, Any], request: HttpRequest | None = None, **kwargs: Any
 ) -> None:
+    # An attempt axes refused before checking its password (its failure is not counted) is no
+    # failed sign-in: accounts.throttling counts it as an access denial, aggregated per minute.
+    refused = getattr(request, "axes_locked_out", False)
+    if refused and getattr(request, "axes_failures_since_start", None) is None:
+        return
     username = str(credentials.get("username", ""))[:150]
     append_event(
         "auth.login.failed",

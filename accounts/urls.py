@@ -16,4 +16,6 @@ urlpatterns = [
         views.account_token_revoke,
         name="account-token-revoke",
     ),
+    path("sign-in-lockouts/", views.lockout_list, name="lockout-list"),
+    path("sign-in-lockouts/lift", views.lockout_lift, name="lockout-lift"),
 ]

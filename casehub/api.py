@@ -48,7 +48,7 @@ from pydantic import ConfigDict
 from accounts import tokens as api_tokens
 from accounts.denials import record_denial
 from accounts.models import AccessDenial, ApiToken
-from accounts.throttling import throttled_response
+from accounts.throttling import record_sign_in, throttled_response
 from oversight.actions import edits, gates
 from oversight.api import router as oversight_router
 from oversight.api.execution import router as execution_router
@@ -443,11 +443,11 @@ def create_token(request: HttpRequest, credentials: TokenIn) -> Any:
 
     A user holds at most CASEHUB_API_TOKEN_MAX_PER_USER tokens: a new one beyond that revokes
     the oldest. 401 for a wrong username or password or an inactive account (one message for
-    all; the failure is audited); 429 with Retry-After after too many failures for the account
-    or from the address (accounts.throttling).
+    all; the failure is audited); 429 with Retry-After past the sign-in limits, the same as the
+    web sign-in's (accounts.throttling).
     """
     # authenticate() sends user_login_failed on bad credentials, which the audit trail records;
-    # django-axes refuses it before any password check once the account or address is locked.
+    # django-axes refuses it before any password check past a limit.
     # axes also stores a failed attempt's form fields: the body is JSON whatever Content-Type
     # says, so it gets none (a multipart type without a boundary would raise, not answer 400).
     request.POST = QueryDict()
@@ -456,6 +456,7 @@ def create_token(request: HttpRequest, credentials: TokenIn) -> Any:
         return throttled_response(request, credentials={"username": credentials.username})
     if user is None:
         return Status(401, {"message": "Invalid username or password."})
+    record_sign_in(request, user)
     raw = api_tokens.issue_api_token(user)
     return Status(200, {"token": raw, "expires_at": api_tokens.token_secret_expires_at(raw)})
 

@@ -405,11 +405,23 @@ CELERY_BEAT_SCHEDULE["admin-requests"] = {
 }
 
 # Login throttling, sessions and tokens ------------------------------------------------------
-# django-axes counts failed sign-ins (/login/, the admin's login, POST /api/auth/token) per
-# username and per client address; past CASEHUB_LOGIN_FAILURE_LIMIT failures of either within
-# CASEHUB_LOGIN_COOLOFF_MINUTES the next attempts get 429 with Retry-After (accounts.throttling)
-# before any password is checked. Failures during a lockout do not extend it; a successful sign-in
-# does not reset the address's count (else one's own account would unlock guessing at others).
+# django-axes counts failed sign-ins (/login/, the admin's login, POST /api/auth/token) in its
+# database tables, which every web worker shares (the default cache is per process, so no counter
+# lives there). Three limits, each answered 429 with Retry-After before any password is checked
+# (accounts.throttling; docs/security.md, Sign-in throttling, says why each is what it is):
+# - a username from one address (the pair): CASEHUB_LOGIN_FAILURE_LIMIT failures within
+#   CASEHUB_LOGIN_COOLOFF_MINUTES lock that pair only, never the user elsewhere nor another user
+#   from the same address; an admin may lift it (Sign-in lockouts page, audited);
+# - one address over all usernames (password spraying): CASEHUB_LOGIN_ADDRESS_FAILURE_LIMIT
+#   failures within the same cool-off;
+# - one username over all addresses (a distributed attack): CASEHUB_LOGIN_USERNAME_FAILURE_LIMIT
+#   failures within CASEHUB_LOGIN_USERNAME_WINDOW_SECONDS slow it to that rate, never lock it
+#   (5 in 3 minutes: at most 100 guesses an hour at one account from addresses it never used).
+# The last two spare a username at an address it signed in from within
+# CASEHUB_LOGIN_KNOWN_ADDRESS_DAYS (axes's access log; 0: none is spared), so neither an attacker
+# elsewhere nor a neighbour behind the same address can keep its owner out; the pair limit still
+# holds there. Failures during a refusal are not counted and do not extend it; a successful
+# sign-in clears that pair's failures.
 INSTALLED_APPS += ["axes"]
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
@@ -418,18 +430,33 @@ AUTHENTICATION_BACKENDS = [
 MIDDLEWARE += ["axes.middleware.AxesMiddleware"]
 CASEHUB_LOGIN_FAILURE_LIMIT = env_int("CASEHUB_LOGIN_FAILURE_LIMIT", 10, minimum=1)
 CASEHUB_LOGIN_COOLOFF_MINUTES = env_int("CASEHUB_LOGIN_COOLOFF_MINUTES", 15, minimum=1)
+CASEHUB_LOGIN_ADDRESS_FAILURE_LIMIT = env_int("CASEHUB_LOGIN_ADDRESS_FAILURE_LIMIT", 100, minimum=1)
+CASEHUB_LOGIN_USERNAME_FAILURE_LIMIT = env_int("CASEHUB_LOGIN_USERNAME_FAILURE_LIMIT", 5, minimum=1)
+CASEHUB_LOGIN_USERNAME_WINDOW_SECONDS = env_int(
+    "CASEHUB_LOGIN_USERNAME_WINDOW_SECONDS", 180, minimum=1
+)
+if CASEHUB_LOGIN_USERNAME_WINDOW_SECONDS > CASEHUB_LOGIN_COOLOFF_MINUTES * 60:
+    # axes deletes failures older than the cool-off: a longer window would count too few.
+    raise ConfigError(
+        "CASEHUB_LOGIN_USERNAME_WINDOW_SECONDS cannot be longer than CASEHUB_LOGIN_COOLOFF_MINUTES."
+    )
+CASEHUB_LOGIN_KNOWN_ADDRESS_DAYS = env_int("CASEHUB_LOGIN_KNOWN_ADDRESS_DAYS", 30, minimum=0)
 # Behind N reverse proxies that each append to X-Forwarded-For, set N: the client is the N-th
 # address from the right. 0 (the default): REMOTE_ADDR, and X-Forwarded-For is ignored.
 CASEHUB_TRUSTED_PROXY_COUNT = env_int("CASEHUB_TRUSTED_PROXY_COUNT", 0, minimum=0)
 AXES_FAILURE_LIMIT = CASEHUB_LOGIN_FAILURE_LIMIT
 AXES_COOLOFF_TIME = timedelta(minutes=CASEHUB_LOGIN_COOLOFF_MINUTES)
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_HANDLER = "accounts.throttling.ThrottlingHandler"
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
-AXES_RESET_ON_SUCCESS = False
+AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "web.http.client_ip"
 AXES_LOCKOUT_CALLABLE = "accounts.throttling.throttled_response"
 AXES_HTTP_RESPONSE_CODE = 429
-# The audit trail records sign-ins and lockouts; axes's own admin (unaudited deletes) stays off.
+# The audit trail records sign-ins and lockouts; axes's own admin (unaudited deletes) stays off
+# (admins lift lockouts on the Sign-in lockouts page). axes's access log is written by
+# accounts.throttling, not by axes (which would give an API call a session): one row per
+# successful sign-in, web or API, kept CASEHUB_LOGIN_KNOWN_ADDRESS_DAYS.
 AXES_ENABLE_ADMIN = False
 AXES_DISABLE_ACCESS_LOG = True
 AXES_VERBOSE = False

@@ -103,6 +103,8 @@ oversight:work-item                               401  404  ok   404  404  404  
 oversight:work-item-complete                      401  404  ok   404  404  404  404  404
 oversight:execution-control                       401  403  403  403  403  403  ok   403
 oversight:execution-control-set                   401  403  403  403  403  403  ok   403
+accounts:lockout-list                            401  403  403  403  403  403  ok   403
+accounts:lockout-lift                            401  403  403  403  403  403  ok   403
 # The admin (staff only; list actions are checked by the A8 walk)
 admin:index                                       401  401  401  401  401  401  ok   401
 admin:login                                       ok   ok   ok   ok   ok   ok   ok   ok

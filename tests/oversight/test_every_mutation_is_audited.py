@@ -22,6 +22,8 @@ from datetime import timedelta
 from typing import Any, cast
 
 import pytest
+from axes.models import AccessAttempt
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.admin import ModelAdmin
 from django.contrib.auth.models import AbstractUser, Group, User
@@ -387,6 +389,21 @@ def _unlock(user: User | None) -> Req:
     return _user_action("unlock_signing_selected", target)
 
 
+def _locked_pair(user: User | None) -> Req:
+    AccessAttempt.objects.create(
+        username="oscar",
+        ip_address="198.51.100.7",
+        user_agent="test",
+        get_data="",
+        post_data="",
+        http_accept="",
+        path_info="/login/",
+        failures_since_start=settings.AXES_FAILURE_LIMIT,
+    )
+    data = {"limit": "pair", "username": "oscar", "ip": "198.51.100.7", "reason": "test"}
+    return Req(reverse("accounts:lockout-lift"), data)
+
+
 def _pending_reset() -> PasswordResetRequest:
     pending = users.request_password_reset(
         _user(personas.admin, "alice"), _user(personas.officer, "oscar"), NEW_PASSWORD
@@ -622,6 +639,7 @@ AUDITED: dict[str, Audited] = {
         ),
         "execution.control.stopped",
     ),
+    "accounts:lockout-lift": Audited("admin", _locked_pair, "security.login.unlocked"),
     # Configuration in the admin.
     "admin:planning_agent_add": Audited("admin", _agent_add, "config.agent.created"),
     "admin:planning_agent_change": Audited("admin", _agent_change, "config.agent.changed"),
