@@ -188,7 +188,7 @@ def _child(out: Path) -> None:
     call_command("migrate", verbosity=0)
     from planning.catalogue import sync_packs
     from planning.models import PlanNode
-    from planning.promotion import approve_method, propose_method
+    from planning.promotion.actions import approve_method, propose_method
     from tests import personas
     from tests.planning.promotion_flow import run_to_end
 

@@ -64,6 +64,8 @@ INSTALLED_APPS = [
     "planning",
     "oversight",
     "quality",
+    # The project itself, for its management command (runcasehub); it holds no models.
+    "casehub",
 ]
 
 MIDDLEWARE = [

@@ -14,7 +14,7 @@ from accounts.roles import ROLES
 from oversight.models import ExecutionControl, WorkItem
 from oversight.queries import inbox_for, unread_notifications, work_items_for
 from planning import rules
-from planning.promotion import can_view_methods
+from planning.promotion.actions import can_view_methods
 
 
 @dataclass(frozen=True, slots=True)

@@ -406,8 +406,8 @@ class PromotedMethod(models.Model):
     """An LLM-planned subtree, approved and executed once, made a static method of its pack.
 
     Versioned by name within a pack: approving version n+1 retires the active version. The guard
-    and the subtree are JSON checked by pydantic (planning/promoted.py); `content_hash` binds the
-    approval to exactly what was proposed.
+    and the subtree are JSON checked by pydantic (planning/promotion/methods.py); `content_hash`
+    binds the approval to exactly what was proposed.
     """
 
     class Status(models.TextChoices):

@@ -23,7 +23,7 @@ from planning.core.strategy import Strategy as CoreStrategy
 from planning.core.tree import Goal
 from planning.models import Agent, Case, Strategy
 from planning.models import DomainPack as DomainPackRow
-from planning.promoted import MethodInvalid, library_for
+from planning.promotion.methods import MethodInvalid, library_for
 
 DEFAULT_BRANCHING = 5
 

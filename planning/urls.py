@@ -1,6 +1,7 @@
 from django.urls import path
 
-from planning import views, views_promotion
+from planning import views
+from planning.promotion import views as views_promotion
 
 app_name = "planning"
 

@@ -39,8 +39,8 @@ from planning.planner import (
     pack_choices,
     planner_model,
 )
+from planning.promotion.views import node_promotion, promoted_origins
 from planning.queries import case_for, plan_nodes, visible_cases
-from planning.views_promotion import node_promotion, promoted_origins
 from web.http import HtmxHttpRequest, partial_name, render_partial
 
 CASES_PER_PAGE = 25

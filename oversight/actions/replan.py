@@ -50,7 +50,7 @@ from planning.core.static import MethodLibrary, StaticDecomposition
 from planning.core.tree import Compound, Goal, Leaf, Node, StrategyName
 from planning.core.validation import validate_plan
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion, Strategy
-from planning.promoted import PROMOTED_PREFIX, MethodInvalid, library_for
+from planning.promotion.methods import PROMOTED_PREFIX, MethodInvalid, library_for
 from planning.versions import load_plan, store_version, with_tool_risks
 
 LEAF = PlanNode.Kind.LEAF

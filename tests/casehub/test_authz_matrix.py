@@ -58,7 +58,7 @@ from oversight.models import (
 )
 from planning.catalogue import sync_packs
 from planning.models import Case, PlanNode, PromotedMethod
-from planning.promoted import method_hash
+from planning.promotion.methods import method_hash
 from tests import personas
 from tests.casehub.authz_matrix import MATRIX, PERSONAS, Row, format_row
 from tests.cases import planned_invoice_case

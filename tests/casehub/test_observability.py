@@ -380,7 +380,7 @@ def test_gunicorn_child_exit_marks_the_worker_dead(tmp_path: Path, monkeypatch: 
 def test_runcasehub_points_its_services_at_a_fresh_metrics_directory(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
-    from oversight.management.commands.runcasehub import casehub_services, prepare_metrics_dir
+    from casehub.management.commands.runcasehub import casehub_services, prepare_metrics_dir
 
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
     with override_settings(VAR_DIR=tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from oversight.management.commands.runcasehub import Service, ServiceExited, Supervisor
+from casehub.management.commands.runcasehub import Service, ServiceExited, Supervisor
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SLEEPER = (sys.executable, "-c", "import time; time.sleep(60)")

@@ -52,7 +52,7 @@ from oversight.models import (
 )
 from planning.catalogue import sync_packs
 from planning.models import Agent, Case, DomainPack, PlanNode, PromotedMethod, Tool
-from planning.promotion import approve_method, propose_method
+from planning.promotion.actions import approve_method, propose_method
 from tests import personas
 from tests.cases import planned_invoice_case
 from tests.oversight.work_items import INVOICE_FIELDS, approve_plan, waiting_work_item

@@ -2,7 +2,7 @@
 used up or left out, an active promoted method of the pack decomposes it; a retired one does not.
 
 The pack is tests/fakes/replan_pack.py; the promoted method is stored as an approved row (its
-content hash made by planning.promoted, as approval makes it), not through the LLM flow.
+content hash made by planning.promotion.methods, as approval makes it), not through the LLM flow.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from audit.models import AuditEvent
 from oversight.models import Gate, GateKind
 from planning.catalogue import sync_packs
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion, PromotedMethod
-from planning.promoted import method_hash
-from planning.promotion import retire_method
+from planning.promotion.actions import retire_method
+from planning.promotion.methods import method_hash
 from tests import personas
 from tests.fakes.replan_pack import AGENT, PATH, SLUG
 from tests.oversight.test_replan import approve_plan, leaves, planned, run_ready, runs

@@ -11,8 +11,7 @@ from audit.chain import case_chain, verify_chain
 from audit.models import AuditEvent
 from planning.actions import materialise_plan, submit_case
 from planning.models import CaseStatus, LlmCall, PlanNode, PlanVersion, PromotedMethod
-from planning.promoted import MethodInvalid
-from planning.promotion import (
+from planning.promotion.actions import (
     NotPromotable,
     PromotionConflict,
     PromotionDenied,
@@ -22,6 +21,7 @@ from planning.promotion import (
     reject_method,
     retire_method,
 )
+from planning.promotion.methods import MethodInvalid
 from tests import personas
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.planning.promotion_flow import UNKNOWN_KIND, incident, llm, model, run_to_end
@@ -320,7 +320,7 @@ def test_the_active_promoted_methods_of_a_pack_load_in_one_query(
     django_assert_num_queries: Any,
 ) -> None:
     from planning.catalogue import registered_packs
-    from planning.promoted import library_for
+    from planning.promotion.methods import library_for
 
     fake_openai.responder = model
     source = _executed(fake_openai, analyst, officer)

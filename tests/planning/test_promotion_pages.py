@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from planning.models import PlanNode, PromotedMethod
-from planning.promoted import method_hash
+from planning.promotion.methods import method_hash
 from tests import personas
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.planning.promotion_flow import UNKNOWN_KIND, incident, llm, model, run_to_end

@@ -31,7 +31,7 @@ from audit.chain import append_event, case_chain
 from planning import rules
 from planning.catalogue import registered_packs
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PromotedMethod
-from planning.promoted import (
+from planning.promotion.methods import (
     MethodInvalid,
     method_hash,
     parse_guard,

@@ -20,8 +20,7 @@ from planning.catalogue import registered_packs
 from planning.display import pretty_json, provenance_text
 from planning.models import Case, PlanNode, PromotedMethod
 from planning.models import DomainPack as DomainPackRow
-from planning.promoted import MethodInvalid, parse_guard, parse_source
-from planning.promotion import (
+from planning.promotion.actions import (
     NotPromotable,
     PromotionConflict,
     PromotionDenied,
@@ -35,6 +34,7 @@ from planning.promotion import (
     retire_method,
     suggested_name,
 )
+from planning.promotion.methods import MethodInvalid, parse_guard, parse_source
 from web.http import HtmxHttpRequest
 
 OPS = (
