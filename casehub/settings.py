@@ -316,7 +316,7 @@ try:
     CASEHUB_LLM_PRICE_TABLE = PriceTable.parse(CASEHUB_LLM_PRICES)
 except PriceTableInvalid as _exc:
     raise ConfigError(f"CASEHUB_LLM_PRICES: {_exc}") from None
-# LLM budgets (oversight/budgets.py), 0 or empty = no limit. Per case: every call of the case,
+# LLM budgets (planning/budgets.py), 0 or empty = no limit. Per case: every call of the case,
 # planning (all its runs, re-planning too), llm agents and the goal judge; the per-run ceilings
 # above still stop one planning run earlier. Per day (the day of TIME_ZONE): all cases together.
 # Checked before each call against its worst case (the request's size + its max_tokens at the
@@ -335,7 +335,7 @@ for _name in ("CASEHUB_LLM_CASE_MAX_COST_USD", "CASEHUB_LLM_DAY_MAX_COST_USD"):
             f"{CASEHUB_LLM_MODEL!r} (nor a '*' entry): a money budget needs the model's price"
         )
 # The class that keeps the budget ledger, by dotted path: planning may not import oversight.
-CASEHUB_LLM_BUDGET_BACKEND = "oversight.budgets.LedgerBudgets"
+CASEHUB_LLM_BUDGET_BACKEND = "planning.budgets.LedgerBudgets"
 
 LOGGING = {
     "version": 1,

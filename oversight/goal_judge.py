@@ -32,7 +32,7 @@ from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field
 
 from audit.chain import append_event, case_chain
-from oversight.budgets import guard_for
+from planning.budgets import guard_for
 from planning.core.errors import LlmPlanningError
 from planning.core.llm.budget import LlmBudgetExhausted
 from planning.core.llm.client import (

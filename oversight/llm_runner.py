@@ -14,7 +14,7 @@ that answer runs, the refusal is audited (`execution.llm.tool_refused`) and the 
 policy denial, because an agent reaching for a tool it was not given may be obeying injected text;
 its failure policy then decides (a person sees it when the policy escalates).
 
-Every call is checked against the case's and the day's LLM budgets first (`oversight.budgets`): a
+Every call is checked against the case's and the day's LLM budgets first (`planning.budgets`): a
 call a budget refuses is not made and the leaf fails as a policy denial (not retried) whose error
 names the budget; its failure policy decides, as for any denial.
 
@@ -40,7 +40,7 @@ from pydantic import BaseModel
 
 from audit.chain import append_event, case_chain
 from oversight.actions.execution import Claim, ErrorClass, check_safe_point
-from oversight.budgets import guard_for
+from planning.budgets import guard_for
 from planning.catalogue import all_tool_specs
 from planning.core.catalogue import ToolSpec
 from planning.core.errors import LlmPlanningError, PlanInvalid

@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 
 class Strategy(models.TextChoices):
@@ -473,3 +474,66 @@ class PromotedMethod(models.Model):
     def source(self) -> str:
         """Return the provenance source of the nodes this method plans."""
         return f"promoted:{self.name}@v{self.version}"
+
+
+# The LLM budget ledger (planning/budgets.py); the tables keep their oversight_* names. -------
+
+
+class LlmUsage(models.Model):
+    """What settled LLM calls used in one budget scope: a case (all its calls) or a day (all cases).
+
+    Kept by `planning.budgets`; calls in flight are the live `LlmReservation` rows, not here.
+    """
+
+    case = models.ForeignKey(
+        "planning.Case", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    day = models.DateField(null=True, blank=True)
+    calls = models.PositiveIntegerField(default=0)
+    tokens = models.PositiveBigIntegerField(default=0)
+    cost_nano_usd = models.PositiveBigIntegerField(default=0)  # billionths of a dollar
+    unpriced_calls = models.PositiveIntegerField(default=0)  # not in the cost: no price known
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "oversight_llmusage"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(case__isnull=True, day__isnull=False)
+                | Q(case__isnull=False, day__isnull=True),
+                name="llm_usage_case_or_day",
+            ),
+            models.UniqueConstraint(fields=["case"], name="llm_usage_per_case"),
+            models.UniqueConstraint(fields=["day"], name="llm_usage_per_day"),
+        ]
+
+    def __str__(self) -> str:
+        return f"case {self.case_id}" if self.case_id else f"day {self.day}"
+
+
+class LlmReservation(models.Model):
+    """The worst case of one LLM call in flight, counted against its case's and its day's budget.
+
+    Deleted when the call settles or is released; one left by a process that died counts until
+    `expires_at` (when the call could no longer be running).
+    """
+
+    case = models.ForeignKey("planning.Case", on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    model = models.CharField(max_length=200)
+    purpose = models.CharField(max_length=100)
+    tokens = models.PositiveBigIntegerField()
+    cost_nano_usd = models.PositiveBigIntegerField(default=0)
+    is_priced = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "oversight_llmreservation"
+        indexes = [
+            models.Index(fields=["day", "expires_at"], name="llm_reservation_day"),
+            models.Index(fields=["case", "expires_at"], name="llm_reservation_case"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model} for case {self.case_id}"

@@ -23,10 +23,10 @@ from pydantic import BaseModel
 from accounts.roles import ADMIN, OFFICER, SUPERVISOR
 from oversight.actions import execution
 from oversight.actions.gates import ReasonInvalid
-from oversight.budgets import LedgerBudgets, case_limits
 from oversight.models import ExecutionControl, ReasonCode, WorkItem
 from oversight.queries import upstream_outputs_of, work_items_for
 from oversight.runners import LeafError
+from planning.budgets import LedgerBudgets, case_limits
 from planning.catalogue import registered_packs
 from planning.display import pretty_json, value_rows
 from planning.models import Case, CaseStatus

@@ -1,5 +1,5 @@
-"""A database made before the models moved apps (audit, accounts) migrates forward with nothing
-lost.
+"""A database made before models moved apps (to audit, accounts, and planning for the LLM
+budget ledger) migrates forward with nothing lost.
 
 The fixtures in tests/fixtures/premove/ are dumps (SQLite and PostgreSQL) of a database made at
 main before the move (commit ebc16b1): migrated, `seed_demo` run, two INV-1042 cases planned,
@@ -59,7 +59,7 @@ print(json.dumps({
         for t in ContentType.objects.filter(
             model__in=[
                 "apitoken", "signingstate", "accessdenial", "passwordresetrequest",
-                "rolegrantrequest",
+                "rolegrantrequest", "llmusage", "llmreservation",
             ]
         )
     ),
@@ -176,6 +176,8 @@ def test_a_database_made_before_the_move_migrates_forward_and_verifies(
         "accounts.passwordresetrequest",
         "accounts.rolegrantrequest",
         "accounts.signingstate",
+        "planning.llmreservation",
+        "planning.llmusage",
     ]
     assert "audit.view_auditevent" in found["permissions"]
     assert not [p for p in found["permissions"] if p.startswith("oversight.")]

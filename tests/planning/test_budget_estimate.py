@@ -9,9 +9,9 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from oversight.models import LlmUsage
 from planning.catalogue import sync_packs
 from planning.core.llm.pricing import PriceTable
+from planning.models import LlmUsage
 from tests.planning.test_views import client_for, htmx_get
 
 pytestmark = pytest.mark.django_db

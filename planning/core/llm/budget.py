@@ -6,7 +6,7 @@ case (`CallEstimate`: the request's size as an upper bound of its prompt tokens,
 (a call that failed counts as a call that used no tokens), or `release`s it when no request went
 out. A guard that refuses raises `LlmBudgetExhausted` (a `BudgetExceeded`), naming the budget,
 its limit, what is used and what the call needs. The ledger behind a guard lives on the Django
-side (`oversight.budgets`); this module holds the pure parts: limits, usage, the check itself.
+side (`planning.budgets`); this module holds the pure parts: limits, usage, the check itself.
 """
 
 from __future__ import annotations

@@ -22,10 +22,9 @@ from django.utils import timezone
 
 from audit.chain import case_chain, verify_chain
 from audit.models import AuditEvent
-from oversight.budgets import LedgerBudgets, LedgerGuard, guard_for
 from oversight.goal_judge import ask_judge
-from oversight.models import LlmReservation, LlmUsage
 from planning.actions import Outcome, materialise_plan, submit_case
+from planning.budgets import LedgerBudgets, LedgerGuard, guard_for
 from planning.core.llm.budget import (
     BudgetLimits,
     BudgetUsage,
@@ -41,6 +40,8 @@ from planning.models import (
     CaseStatus,
     DecompositionCacheEntry,
     LlmCall,
+    LlmReservation,
+    LlmUsage,
     NodeStatus,
     PlanVersion,
 )
@@ -507,7 +508,7 @@ import os, sys
 import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "casehub.settings")
 django.setup()
-from oversight.budgets import guard_for
+from planning.budgets import guard_for
 from planning.core.llm.budget import CallEstimate, LlmBudgetExhausted
 guard = guard_for(int(sys.argv[1]), "planning")
 estimate = CallEstimate(

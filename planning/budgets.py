@@ -39,7 +39,6 @@ from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
 from audit.chain import append_event, case_chain
-from oversight.models import LlmReservation, LlmUsage
 from planning.core.llm.budget import (
     BudgetLimits,
     BudgetUsage,
@@ -51,6 +50,7 @@ from planning.core.llm.budget import (
     nano_usd,
 )
 from planning.core.llm.pricing import PriceTable
+from planning.models import LlmReservation, LlmUsage
 
 __all__ = [
     "LedgerBudgets",
