@@ -18,7 +18,7 @@ are never written to the trail.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime, timedelta
@@ -32,7 +32,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import connection, transaction
 from django.utils import timezone
 
-from accounts import sessions
+from accounts import approvals, sessions
 from accounts import tokens as api_tokens
 from accounts.models import PasswordResetRequest, RoleGrantRequest, SigningState
 from accounts.roles import ADMIN, AUDITOR, CONFIGURE, OFFICER, ROLES, SUPERVISOR
@@ -84,11 +84,11 @@ class UserChangeRefused(PermissionDenied):
         self.durable = durable
 
 
-class ResetConflict(Exception):
+class ResetConflict(approvals.RequestConflict):
     """The password reset request is no longer pending, or has expired (409)."""
 
 
-class RoleGrantConflict(Exception):
+class RoleGrantConflict(approvals.RequestConflict):
     """The role grant request is no longer pending, or has expired (409)."""
 
 
@@ -118,10 +118,6 @@ def user_record(user: User) -> dict[str, Any]:
         "is_superuser": user.is_superuser,
         "roles": role_names(user) if user.pk else [],
     }
-
-
-def _subject(user: User) -> dict[str, Any]:
-    return {"user": user.username, "user_id": user.pk}
 
 
 # Checks ----------------------------------------------------------------------------------------
@@ -254,7 +250,7 @@ def _create_user(
             "auth.user.created",
             actor=admin,
             chain=SYSTEM_CHAIN,
-            data={**_subject(user), "before": None, "after": user_record(user)},
+            data={**approvals.subject(user), "before": None, "after": user_record(user)},
         )
     if grants:
         _request_role_grant(admin, user, grants)
@@ -301,7 +297,7 @@ def _change_user(admin: User, user: User, changes: dict[str, Any], action: str) 
             actor=admin,
             chain=SYSTEM_CHAIN,
             data={
-                **_subject(stored),
+                **approvals.subject(stored),
                 "before": {name: before[name] for name in changed},
                 "after": {name: getattr(stored, name) for name in changed},
             },
@@ -359,7 +355,7 @@ def _set_roles(
             "auth.user.roles_changed",
             actor=admin,
             chain=SYSTEM_CHAIN,
-            data={**_subject(stored), **(extra or {}), "before": before, "after": after},
+            data={**approvals.subject(stored), **(extra or {}), "before": before, "after": after},
         )
     if removed := sorted(set(before["roles"]) - set(after["roles"])):
         _revoke_tokens(admin, stored, why=f"role(s) removed: {', '.join(removed)}")
@@ -409,7 +405,7 @@ def _request_password_reset(
             "auth.user.password_reset",
             actor=admin,
             chain=SYSTEM_CHAIN,
-            data={**_subject(stored), "roles": roles, "second_admin": None},
+            data={**approvals.subject(stored), "roles": roles, "second_admin": None},
         )
         _revoke_tokens(admin, stored, why="an admin set a new password")
         return None
@@ -417,7 +413,7 @@ def _request_password_reset(
     for earlier in PasswordResetRequest.objects.select_for_update().filter(
         target=stored, status=PasswordResetRequest.Status.PENDING
     ):
-        _close(earlier, PasswordResetRequest.Status.EXPIRED, admin, now, why="superseded")
+        approvals.close(earlier, PasswordResetRequest.Status.EXPIRED, admin, now, why="superseded")
     request = PasswordResetRequest.objects.create(
         target=stored, requested_by=admin, password_hash=make_password(new_password)
     )
@@ -426,7 +422,7 @@ def _request_password_reset(
         actor=admin,
         chain=SYSTEM_CHAIN,
         data={
-            **_subject(stored),
+            **approvals.subject(stored),
             "request": request.pk,
             "roles": roles,
             "before": {"status": None},
@@ -434,47 +430,6 @@ def _request_password_reset(
         },
     )
     return request
-
-
-# The event of each way a two-person request closes (codes spelt out for tests/audit).
-_RESET_CLOSED: Mapping[str, str] = {
-    PasswordResetRequest.Status.APPROVED: "auth.password_reset.approved",
-    PasswordResetRequest.Status.REJECTED: "auth.password_reset.rejected",
-    PasswordResetRequest.Status.EXPIRED: "auth.password_reset.expired",
-}
-_GRANT_CLOSED: Mapping[str, str] = {
-    RoleGrantRequest.Status.APPROVED: "auth.role_grant.approved",
-    RoleGrantRequest.Status.REJECTED: "auth.role_grant.rejected",
-    RoleGrantRequest.Status.EXPIRED: "auth.role_grant.expired",
-}
-
-
-def _close(
-    request: PasswordResetRequest,
-    status: str,
-    admin: User | None,
-    now: Any,
-    *,
-    why: str = "",
-) -> None:
-    before = request.status
-    request.status = status
-    request.decided_by = admin
-    request.decided_at = now
-    request.save(update_fields=["status", "decided_by", "decided_at"])
-    append_event(
-        _RESET_CLOSED[status],
-        actor=admin,
-        chain=SYSTEM_CHAIN,
-        data={
-            **_subject(request.target),
-            "request": request.pk,
-            "requested_by": request.requested_by.username,
-            "why": why,
-            "before": {"status": before},
-            "after": {"status": status},
-        },
-    )
 
 
 def controlled_by(user: User, other: User) -> bool:
@@ -508,23 +463,6 @@ def controlled_by(user: User, other: User) -> bool:
     return False
 
 
-def _pending(request: PasswordResetRequest) -> PasswordResetRequest:
-    locked = PasswordResetRequest.objects.select_for_update().get(pk=request.pk)
-    if locked.status != PasswordResetRequest.Status.PENDING:
-        raise ResetConflict(f"the password reset is {locked.status}, no longer pending")
-    return locked
-
-
-def _expire_if_old(request: PasswordResetRequest, admin: User) -> None:
-    now = timezone.now()
-    if now - request.created_at <= PASSWORD_RESET_LIFETIME:
-        return
-    with transaction.atomic():
-        locked = _pending(request)
-        _close(locked, PasswordResetRequest.Status.EXPIRED, admin, now, why="too old to approve")
-    raise ResetConflict("the password reset has expired: the requester must ask again")
-
-
 def approve_password_reset(admin: User, request: PasswordResetRequest) -> User:
     """Approve a pending reset as the second admin: the target's password changes; return them.
 
@@ -535,14 +473,9 @@ def approve_password_reset(admin: User, request: PasswordResetRequest) -> User:
     """
     target = request.target
     _check(admin, "approve_password_reset", target)
-    if request.requested_by_id == admin.pk:
-        _refuse(
-            admin,
-            "approve_password_reset",
-            target,
-            "the requester cannot approve their own password reset",
-            request=request.pk,
-        )
+    if approvals.is_requester(admin, request.requested_by_id):
+        why = "the requester cannot approve their own password reset"
+        _refuse(admin, "approve_password_reset", target, why, request=request.pk)
     if controlled_by(admin, request.requested_by):
         _refuse(
             admin,
@@ -552,18 +485,24 @@ def approve_password_reset(admin: User, request: PasswordResetRequest) -> User:
             "a second admin must be someone else",
             request=request.pk,
         )
-    _expire_if_old(request, admin)
+    approvals.expire_if_old(
+        request,
+        admin,
+        lifetime=PASSWORD_RESET_LIFETIME,
+        conflict=ResetConflict,
+        close_expired=_expire_reset,
+    )
     return _approve_password_reset(admin, request)
 
 
 @transaction.atomic
 def _approve_password_reset(admin: User, request: PasswordResetRequest) -> User:
-    locked = _pending(request)
+    locked = approvals.pending(request, ResetConflict)
     target = _locked(locked.target)
     with _recording():
         target.password = locked.password_hash
         target.save(update_fields=["password"])
-    _close(locked, PasswordResetRequest.Status.APPROVED, admin, timezone.now())
+    approvals.close(locked, PasswordResetRequest.Status.APPROVED, admin, timezone.now())
     _revoke_tokens(admin, target, why="a password reset was approved")
     request.refresh_from_db()
     return target
@@ -581,8 +520,8 @@ def reject_password_reset(admin: User, request: PasswordResetRequest) -> Passwor
 
 @transaction.atomic
 def _reject_password_reset(admin: User, request: PasswordResetRequest) -> PasswordResetRequest:
-    locked = _pending(request)
-    _close(locked, PasswordResetRequest.Status.REJECTED, admin, timezone.now())
+    locked = approvals.pending(request, ResetConflict)
+    approvals.close(locked, PasswordResetRequest.Status.REJECTED, admin, timezone.now())
     request.refresh_from_db()
     return locked
 
@@ -611,7 +550,7 @@ def _request_role_grant(admin: User, user: User, grants: list[str]) -> RoleGrant
         actor=admin,
         chain=SYSTEM_CHAIN,
         data={
-            **_subject(user),
+            **approvals.subject(user),
             "request": request.pk,
             "grant": grants,
             "before": {"status": None, "roles": held},
@@ -630,44 +569,17 @@ def _close_grant(
     why: str = "",
     roles_before: list[str] | None = None,
 ) -> None:
-    before = request.status
-    request.status = status
-    request.decided_by = admin
-    request.decided_at = now
-    request.reason = why
-    request.save(update_fields=["status", "decided_by", "decided_at", "reason"])
     held = role_names(request.target)
-    append_event(
-        _GRANT_CLOSED[status],
-        actor=admin,
-        chain=SYSTEM_CHAIN,
-        data={
-            **_subject(request.target),
-            "request": request.pk,
-            "requested_by": request.requested_by.username,
-            "grant": request.roles,
-            "why": why,
-            "before": {"status": before, "roles": held if roles_before is None else roles_before},
-            "after": {"status": status, "roles": held},
-        },
-    )
+    roles = (held if roles_before is None else roles_before, held)
+    approvals.close(request, status, admin, now, why=why, roles=roles)
 
 
-def _pending_grant(request: RoleGrantRequest) -> RoleGrantRequest:
-    locked = RoleGrantRequest.objects.select_for_update().get(pk=request.pk)
-    if locked.status != RoleGrantRequest.Status.PENDING:
-        raise RoleGrantConflict(f"the role grant is {locked.status}, no longer pending")
-    return locked
+def _expire_reset(request: PasswordResetRequest, admin: User | None, now: Any, why: str) -> None:
+    approvals.close(request, PasswordResetRequest.Status.EXPIRED, admin, now, why=why)
 
 
-def _expire_grant_if_old(request: RoleGrantRequest, admin: User) -> None:
-    now = timezone.now()
-    if now - request.created_at <= ROLE_GRANT_LIFETIME:
-        return
-    with transaction.atomic():
-        locked = _pending_grant(request)
-        _close_grant(locked, RoleGrantRequest.Status.EXPIRED, admin, now, why="too old to approve")
-    raise RoleGrantConflict("the role grant has expired: the requester must ask again")
+def _expire_grant(request: RoleGrantRequest, admin: User | None, now: Any, why: str) -> None:
+    _close_grant(request, RoleGrantRequest.Status.EXPIRED, admin, now, why=why)
 
 
 def approve_role_grant(admin: User, request: RoleGrantRequest) -> User:
@@ -684,14 +596,9 @@ def approve_role_grant(admin: User, request: RoleGrantRequest) -> User:
     target = request.target
     attempt = "approve_role_grant"
     _check(admin, attempt, target, request=request.pk)
-    if request.requested_by_id == admin.pk:
-        _refuse(
-            admin,
-            attempt,
-            target,
-            "the requester cannot approve their own role grant",
-            request=request.pk,
-        )
+    if approvals.is_requester(admin, request.requested_by_id):
+        why = "the requester cannot approve their own role grant"
+        _refuse(admin, attempt, target, why, request=request.pk)
     if controlled_by(admin, request.requested_by):
         _refuse(
             admin,
@@ -710,13 +617,19 @@ def approve_role_grant(admin: User, request: RoleGrantRequest) -> User:
             "a second admin must be someone else",
             request=request.pk,
         )
-    _expire_grant_if_old(request, admin)
+    approvals.expire_if_old(
+        request,
+        admin,
+        lifetime=ROLE_GRANT_LIFETIME,
+        conflict=RoleGrantConflict,
+        close_expired=_expire_grant,
+    )
     return _approve_role_grant(admin, request)
 
 
 @transaction.atomic
 def _approve_role_grant(admin: User, request: RoleGrantRequest) -> User:
-    locked = _pending_grant(request)
+    locked = approvals.pending(request, RoleGrantConflict)
     target = _locked(locked.target)
     held = role_names(target)
     wanted = [*held, *(role for role in locked.roles if role not in held)]
@@ -748,7 +661,7 @@ def reject_role_grant(admin: User, request: RoleGrantRequest, reason: str) -> Ro
 
 @transaction.atomic
 def _reject_role_grant(admin: User, request: RoleGrantRequest, reason: str) -> RoleGrantRequest:
-    locked = _pending_grant(request)
+    locked = approvals.pending(request, RoleGrantConflict)
     _close_grant(locked, RoleGrantRequest.Status.REJECTED, admin, timezone.now(), why=reason)
     request.refresh_from_db()
     return locked
@@ -782,7 +695,11 @@ def _unlock_signing(admin: User, user: User) -> SigningState:
         "security.signing.unlocked",
         actor=admin,
         chain=SYSTEM_CHAIN,
-        data={**_subject(user), "before": before, "after": {"failures": 0, "locked_at": None}},
+        data={
+            **approvals.subject(user),
+            "before": before,
+            "after": {"failures": 0, "locked_at": None},
+        },
     )
     return state
 
@@ -797,24 +714,13 @@ def expire_old_requests(now: datetime | None = None) -> dict[str, int]:
     now = now or timezone.now()
     expired = {"password_resets": 0, "role_grants": 0}
     with transaction.atomic():
-        for reset in (
-            PasswordResetRequest.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("target", "requested_by")
-            .filter(status=PasswordResetRequest.Status.PENDING)
-            .filter(created_at__lt=now - PASSWORD_RESET_LIFETIME)[:500]
-        ):
-            _close(
-                reset, PasswordResetRequest.Status.EXPIRED, None, now, why="not approved in time"
-            )
-            expired["password_resets"] += 1
-        for grant in (
-            RoleGrantRequest.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("target", "requested_by")
-            .filter(status=RoleGrantRequest.Status.PENDING)
-            .filter(created_at__lt=now - ROLE_GRANT_LIFETIME)[:500]
-        ):
-            _close_grant(
-                grant, RoleGrantRequest.Status.EXPIRED, None, now, why="not approved in time"
-            )
-            expired["role_grants"] += 1
+        expired["password_resets"] = approvals.sweep_expired(
+            PasswordResetRequest,
+            lifetime=PASSWORD_RESET_LIFETIME,
+            now=now,
+            close_expired=_expire_reset,
+        )
+        expired["role_grants"] = approvals.sweep_expired(
+            RoleGrantRequest, lifetime=ROLE_GRANT_LIFETIME, now=now, close_expired=_expire_grant
+        )
     return expired

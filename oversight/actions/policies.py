@@ -21,6 +21,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from accounts import approvals
 from audit.chain import SYSTEM_CHAIN, append_event
 from oversight.actions.gates import ReasonInvalid, check_reason
 from oversight.models import PolicyVersion, ReasonCode
@@ -207,7 +208,7 @@ def approve_policy(admin: Someone, version: PolicyVersion) -> PolicyVersion:
     user = _require_admin(
         admin, "oversight.policy.denied", step="approve", policy_version=version.number
     )
-    if version.proposed_by_id is not None and version.proposed_by_id == user.pk:
+    if approvals.is_requester(user, version.proposed_by_id):
         why = "you proposed this change; a second admin must approve it"
         _deny(user, "oversight.policy.denied", why, step="approve", policy_version=version.number)
         raise PolicyDenied(why)
@@ -224,7 +225,7 @@ def _approve(admin: User, version_pk: int) -> PolicyVersion:
     )
     if version.status != PolicyVersion.Status.PENDING:
         raise PolicyConflict(f"policy version {version.number} is {version.status}, not pending")
-    if version.proposed_by_id == admin.pk:  # checked again under the lock
+    if approvals.is_requester(admin, version.proposed_by_id):  # checked again under the lock
         raise PolicyDenied("you proposed this change; a second admin must approve it")
     if active is not None and version.number < active.number:
         raise PolicyConflict(
