@@ -17,8 +17,9 @@ import time
 from dataclasses import dataclass
 
 from planning.core.llm.cache import InMemoryDecompositionCache
-from planning.core.llm.client import LlmClient, LlmSettings
+from planning.core.llm.client import LlmClient
 from planning.core.llm.decomposition import LlmBudgets, LlmDecomposition, expected_calls
+from planning.core.llm.records import LlmSettings
 from planning.core.tree import Goal
 from tests.fakes.openai_server import RecordedRequest, Reply, fake_openai_process, fake_stats
 

@@ -35,13 +35,9 @@ from audit.chain import append_event, case_chain
 from planning.budgets import guard_for
 from planning.core.errors import LlmPlanningError
 from planning.core.llm.budget import LlmBudgetExhausted
-from planning.core.llm.client import (
-    LlmCallRecord,
-    LlmClient,
-    LlmNotConfigured,
-    LlmResult,
-    strict_json_schema,
-)
+from planning.core.llm.client import LlmClient
+from planning.core.llm.records import LlmCallRecord, LlmNotConfigured, LlmResult
+from planning.core.llm.structured_output import strict_json_schema
 from planning.models import Case, PlanNode
 from planning.planner import PlanningUnavailable, llm_settings
 

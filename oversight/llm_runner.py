@@ -45,16 +45,16 @@ from planning.catalogue import all_tool_specs
 from planning.core.catalogue import ToolSpec
 from planning.core.errors import LlmPlanningError, PlanInvalid
 from planning.core.llm.budget import LlmBudgetExhausted
-from planning.core.llm.client import (
+from planning.core.llm.client import LlmClient
+from planning.core.llm.records import (
     LlmCallFailed,
     LlmCallRecord,
-    LlmClient,
     LlmNotConfigured,
     LlmToolCall,
     LlmToolsResult,
     ToolDefinition,
-    strict_json_schema,
 )
+from planning.core.llm.structured_output import strict_json_schema
 from planning.core.pack import DomainPack
 from planning.core.refs import resolve_inputs
 from planning.models import Agent, Case, PlanNode

@@ -30,7 +30,7 @@ from planning.catalogue import (
 )
 from planning.core.dag import DagPlan
 from planning.core.errors import PlanningError
-from planning.core.llm.client import LlmCallRecord
+from planning.core.llm.records import LlmCallRecord
 from planning.core.serialize import canonical_json
 from planning.core.validation import PlanLimits, validate_plan
 from planning.models import (

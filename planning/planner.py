@@ -15,8 +15,9 @@ from planning.core.forward import ForwardDecomposition
 from planning.core.hybrid import HybridDecomposition
 from planning.core.llm.budget import BudgetBackend, CallGuard
 from planning.core.llm.cache import DecompositionCache
-from planning.core.llm.client import LlmCallRecord, LlmClient, LlmNotConfigured, LlmSettings
+from planning.core.llm.client import LlmClient
 from planning.core.llm.decomposition import LlmBudgets, LlmDecomposition, expected_calls
+from planning.core.llm.records import LlmCallRecord, LlmNotConfigured, LlmSettings
 from planning.core.pack import DomainPack
 from planning.core.static import MethodLibrary, StaticDecomposition
 from planning.core.strategy import Strategy as CoreStrategy

@@ -192,4 +192,4 @@ def test_one_module_talks_to_the_llm_server() -> None:
     users = sorted(
         path for path, tree in _sources() if any(_top(name) == "openai" for name in _imports(tree))
     )
-    assert users == ["planning/core/llm/client.py"]
+    assert users == ["planning/core/llm/transport.py"]

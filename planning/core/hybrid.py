@@ -17,7 +17,6 @@ from typing import Any
 
 from planning.core.dag import DagPlan
 from planning.core.errors import NoMethodMatched
-from planning.core.llm.client import LlmNotConfigured
 from planning.core.llm.decomposition import (
     Expansion,
     ExpansionJob,
@@ -25,6 +24,7 @@ from planning.core.llm.decomposition import (
     LlmDecomposition,
     PlanningRun,
 )
+from planning.core.llm.records import LlmNotConfigured
 from planning.core.static import StaticDecomposition, unique_keys
 from planning.core.tree import Goal, Leaf, Node, Provenance, StrategyName
 

@@ -29,7 +29,9 @@ from observability.collector import queue_depths
 from oversight.models import Gate, GateKind, GateStatus, WorkerHeartbeat
 from planning import tasks as planning_tasks
 from planning.actions import submit_case
-from planning.core.llm.client import LlmClient, LlmSettings, strict_json_schema
+from planning.core.llm.client import LlmClient
+from planning.core.llm.records import LlmSettings
+from planning.core.llm.structured_output import strict_json_schema
 from planning.models import NodeStatus, PlanNode
 from tests import personas
 from tests.cases import planned_invoice_case
@@ -526,7 +528,7 @@ def test_a_failed_llm_call_span_is_an_error_with_its_type(
 ) -> None:
     from opentelemetry.trace import StatusCode
 
-    from planning.core.llm.client import LlmCallFailed
+    from planning.core.llm.records import LlmCallFailed
     from tests.fakes.openai_server import FakeReply
 
     fake_openai.enqueue(FakeReply(content="no", status=400))
@@ -669,8 +671,9 @@ def test_the_llm_client_works_without_opentelemetry_installed(
     script = f"""
 import sys
 sys.modules["opentelemetry"] = None  # as if the package were not installed
-from planning.core.llm import client as module
-from planning.core.llm.client import LlmClient, LlmSettings
+from planning.core.llm import transport as module
+from planning.core.llm.client import LlmClient
+from planning.core.llm.records import LlmSettings
 assert module._trace is None
 settings = LlmSettings(base_url={fake_openai.base_url!r}, api_key="k", model="m", timeout_s=5,
                        max_retries=0, max_concurrency=1)

@@ -17,8 +17,8 @@ from pydantic import BaseModel
 
 from planning import planner
 from planning.actions import materialise_plan
-from planning.core.llm.client import LlmCallRecord
 from planning.core.llm.decomposition import LlmDecomposition
+from planning.core.llm.records import LlmCallRecord
 from planning.models import Agent, Case, CaseStatus, LlmCall, PlanNode, PlanVersion, Strategy
 from planning.packs import PACKS
 from tests import personas

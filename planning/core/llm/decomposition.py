@@ -33,7 +33,7 @@ from typing import Any
 from planning.core.dag import DagPlan
 from planning.core.errors import BudgetExceeded, LlmPlanningError
 from planning.core.llm.cache import DecompositionCache
-from planning.core.llm.client import ChatMessage, LlmClient, extract_json
+from planning.core.llm.client import LlmClient
 from planning.core.llm.prompts import (
     AgentInfo,
     answer_excerpt,
@@ -41,6 +41,7 @@ from planning.core.llm.prompts import (
     system_prompt,
     user_prompt,
 )
+from planning.core.llm.records import ChatMessage
 from planning.core.llm.schemas import (
     AgentStep,
     Answer,
@@ -51,6 +52,7 @@ from planning.core.llm.schemas import (
     read_answer,
     require_clean,
 )
+from planning.core.llm.structured_output import extract_json
 from planning.core.tree import Compound, Goal, Leaf, Node, Provenance, StrategyName
 
 __all__ = [

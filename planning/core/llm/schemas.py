@@ -37,7 +37,7 @@ from pydantic import (
 )
 
 from planning.core.errors import flatten_errors
-from planning.core.llm.client import format_problems
+from planning.core.llm.structured_output import format_problems
 
 __all__ = [
     "STEP_ID_PATTERN",

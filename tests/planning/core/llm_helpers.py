@@ -8,7 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from planning.core.llm.client import LlmCallRecord, LlmClient, LlmSettings
+from planning.core.llm.client import LlmClient
+from planning.core.llm.records import LlmCallRecord, LlmSettings
 from tests.fakes.openai_server import FakeOpenAIServer, RecordedRequest, Reply
 
 

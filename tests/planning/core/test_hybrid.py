@@ -9,8 +9,8 @@ import pytest
 
 from planning.core.errors import LlmPlanningError, NoMethodMatched
 from planning.core.hybrid import HybridDecomposition
-from planning.core.llm.client import LlmNotConfigured
 from planning.core.llm.decomposition import LlmDecomposition
+from planning.core.llm.records import LlmNotConfigured
 from planning.core.static import Item, Method, MethodLibrary, StaticDecomposition, Step, TaskRef
 from planning.core.tree import Goal
 from planning.packs.incident import PACK as INCIDENT

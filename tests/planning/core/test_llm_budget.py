@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from planning.core.llm.budget import CallEstimate, LlmBudgetExhausted
-from planning.core.llm.client import LlmCallFailed, LlmCallRecord, LlmClient
+from planning.core.llm.client import LlmClient
+from planning.core.llm.records import LlmCallFailed, LlmCallRecord
 from tests.fakes import fixtures
 from tests.fakes.openai_server import FakeOpenAIServer, FakeReply
 from tests.planning.core.llm_helpers import settings_for

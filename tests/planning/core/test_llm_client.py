@@ -9,15 +9,10 @@ import pytest
 from pydantic import BaseModel
 
 from planning.core.errors import LlmPlanningError
-from planning.core.llm.client import (
-    LlmCallRecord,
-    LlmClient,
-    LlmNotConfigured,
-    LlmSettings,
-    extract_json,
-    strict_json_schema,
-)
+from planning.core.llm.client import LlmClient
+from planning.core.llm.records import LlmCallRecord, LlmNotConfigured, LlmSettings
 from planning.core.llm.schemas import AgentPlanResponse, NestedPlanResponse
+from planning.core.llm.structured_output import extract_json, strict_json_schema
 from tests.fakes import fixtures
 from tests.fakes.openai_server import FakeOpenAIServer, FakeReply
 from tests.planning.core.llm_helpers import answer, leaf, make_client
@@ -272,7 +267,7 @@ def test_the_connection_pool_keeps_a_connection_for_every_concurrent_call(
     fake_openai: FakeOpenAIServer,
 ) -> None:
     client = make_client(fake_openai, max_concurrency=96)
-    pool = client._openai._client._transport._pool  # the SDK's httpx connection pool
+    pool = client.transport._openai._client._transport._pool  # the SDK's httpx connection pool
     assert pool._max_connections == pool._max_keepalive_connections == 96
 
 

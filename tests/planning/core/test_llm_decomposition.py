@@ -10,13 +10,13 @@ import pytest
 
 from planning.core.errors import BudgetExceeded, LlmPlanningError
 from planning.core.llm.cache import InMemoryDecompositionCache
-from planning.core.llm.client import LlmCallRecord
 from planning.core.llm.decomposition import (
     LlmBudgets,
     LlmDecomposition,
     NoAgentAvailable,
     expected_calls,
 )
+from planning.core.llm.records import LlmCallRecord
 from planning.core.tree import Compound, Goal, Leaf
 from tests.fakes import fixtures
 from tests.fakes.openai_server import FakeOpenAIServer, FakeReply, RecordedRequest, Reply

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from planning.core.errors import LlmPlanningError
-from planning.core.llm.client import LlmCallRecord, LlmSettings
 from planning.core.llm.decomposition import LlmBudgets, LlmDecomposition
 from planning.core.llm.prompts import MAX_EXCERPT_CHARS, MAX_PROBLEM_CHARS
+from planning.core.llm.records import LlmCallRecord, LlmSettings
 from planning.core.llm.schemas import (
     MAX_TASK_CHARS,
     AnswerRules,

@@ -8,13 +8,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from planning.core.llm.client import (
-    LlmCallFailed,
-    LlmCallRecord,
-    LlmClient,
-    ToolDefinition,
-    strict_json_schema,
-)
+from planning.core.llm.client import LlmClient
+from planning.core.llm.records import LlmCallFailed, LlmCallRecord, ToolDefinition
+from planning.core.llm.structured_output import strict_json_schema
 from tests.fakes import fixtures
 from tests.fakes.openai_server import FakeOpenAIServer, FakeReply
 from tests.planning.core.llm_helpers import make_client
