@@ -9,6 +9,8 @@ class AccountsConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
+        # Imported here, not at the top: models may be imported only once the app registry is
+        # ready (Django loads this module before).
         from accounts import roles, signals
 
         signals.connect()

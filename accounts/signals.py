@@ -16,6 +16,7 @@ from django.http import HttpRequest
 from accounts import users
 from audit.chain import Actor, append_event
 from audit.models import ActorKind
+from web.middleware import mark_session_fresh
 
 
 def _client(request: HttpRequest | None) -> dict[str, str]:
@@ -163,9 +164,7 @@ def _on_groups_changed(
 
 
 def connect() -> None:
-    """Connect the receivers (called once from OversightConfig.ready)."""
-    from web.middleware import mark_session_fresh
-
+    """Connect the receivers (called once from AccountsConfig.ready)."""
     user_logged_in.connect(_on_login, dispatch_uid="oversight.audit.login")
     user_logged_in.connect(mark_session_fresh, dispatch_uid="casehub.session.fresh")
     user_login_failed.connect(_on_login_failed, dispatch_uid="oversight.audit.login_failed")

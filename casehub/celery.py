@@ -6,6 +6,9 @@ from typing import Any
 from celery import Celery
 from celery.signals import before_task_publish, task_postrun, task_prerun, worker_init
 
+from observability.tracing import attach_context, configure_tracing, detach_context, inject_context
+from web.env import ConfigError
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "casehub.settings")
 
 app = Celery("casehub")
@@ -17,9 +20,6 @@ app.steps["worker"].add("oversight.worker.HeartbeatStep")
 @worker_init.connect
 def _configure_tracing(**kwargs: object) -> None:
     # A worker exports the spans of its planning runs and leaves when OTEL_* turn tracing on.
-    from observability.tracing import configure_tracing
-    from web.env import ConfigError
-
     try:
         configure_tracing()
     except ConfigError as exc:
@@ -34,16 +34,12 @@ TRACE_HEADERS = ("traceparent", "tracestate")
 @before_task_publish.connect
 def _send_trace_context(headers: dict[str, Any] | None = None, **kwargs: object) -> None:
     if headers is not None:
-        from observability.tracing import inject_context
-
         inject_context(headers)
 
 
 @task_prerun.connect
 def _continue_trace(task: Any = None, **kwargs: object) -> None:
     if task is not None:
-        from observability.tracing import attach_context
-
         request = task.request
         carrier = {key: getattr(request, key, None) for key in TRACE_HEADERS}
         carried = {key: value for key, value in carrier.items() if isinstance(value, str)}
@@ -53,6 +49,4 @@ def _continue_trace(task: Any = None, **kwargs: object) -> None:
 @task_postrun.connect
 def _end_trace(task: Any = None, **kwargs: object) -> None:
     if task is not None:
-        from observability.tracing import detach_context
-
         detach_context(getattr(task.request, "casehub_trace_token", None))

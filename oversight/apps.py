@@ -11,6 +11,8 @@ class OversightConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
+        # Imported here, not at the top: models may be imported only once the app registry is
+        # ready (Django loads this module before).
         from observability import collector, metrics
         from oversight import checks, gauges  # noqa: F401 (checks registers itself)
 
@@ -22,6 +24,7 @@ class OversightConfig(AppConfig):
 def _ensure_defaults(sender: Any, **kwargs: Any) -> None:
     # The reason codes and policy version 1 must exist after every migrate (accounts' roles are
     # synced by its own post_migrate receiver, which runs first).
+    # Imported here: the defaults import models, which Django loads after this module.
     from oversight.defaults import ensure_defaults
 
     ensure_defaults()

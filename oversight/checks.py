@@ -7,6 +7,8 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Tags, Warning, register
 
+from oversight.dispatch import task_time_limit_s
+
 
 @register(Tags.compatibility, deploy=True)
 def check_visibility_timeout(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
@@ -17,8 +19,6 @@ def check_visibility_timeout(app_configs: Any = None, **kwargs: Any) -> list[Che
     timeout that short most likely meant something else. A warning, so tests and development may
     use a short one; `check --deploy --fail-level WARNING` (W1) refuses it in production.
     """
-    from oversight.dispatch import task_time_limit_s
-
     broker = str(getattr(settings, "CELERY_BROKER_URL", ""))
     if not broker.startswith(("redis://", "rediss://")):
         return []

@@ -16,6 +16,7 @@ class PlanningConfig(AppConfig):
 
 def _register_packs(sender: Any, **kwargs: Any) -> None:
     # The packs, their tools and agents live in code; their rows must exist after every migrate.
+    # Imported here: the catalogue imports models, which Django loads after this module.
     from planning.catalogue import sync_packs
 
     sync_packs()
