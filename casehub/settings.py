@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "accounts",
     "planning",
     "oversight",
+    "execution",
     "quality",
 ]
 

@@ -11,7 +11,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 from accounts.roles import ROLES
-from oversight.models import ExecutionControl, WorkItem
+from execution.models import ExecutionControl, WorkItem
 from oversight.queries import inbox_for, unread_notifications, work_items_for
 from planning import rules
 from planning.promotion import can_view_methods

@@ -9,7 +9,8 @@ from typing import Any
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from oversight.models import Gate, WorkerHeartbeat
+from execution.models import WorkerHeartbeat
+from oversight.models import Gate
 from planning.models import NodeStatus, PlanNode
 
 

@@ -17,7 +17,8 @@ from django.core.mail import send_mass_mail
 from django.db import transaction
 from django.urls import reverse
 
-from oversight.models import Gate, Notification, WorkItem
+from execution.models import WorkItem
+from oversight.models import Gate, Notification
 from planning.models import Case, PlanVersion
 
 logger = logging.getLogger(__name__)

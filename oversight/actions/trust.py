@@ -9,10 +9,8 @@ from datetime import datetime
 from django.db.models import F
 from django.utils import timezone
 
+from execution.models import TrustScore
 from oversight import trust
-from oversight.models import (
-    TrustScore,
-)
 from planning.models import Agent
 
 logger = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from oversight.models import WorkerHeartbeat
+from execution.models import WorkerHeartbeat
 
 
 @transaction.atomic

@@ -19,8 +19,8 @@ from ninja.errors import HttpError
 from pydantic import ConfigDict
 
 from accounts.roles import ADMIN
+from execution.models import ExecutionControl, WorkItem
 from oversight.actions import execution
-from oversight.models import ExecutionControl, WorkItem
 from oversight.queries import upstream_outputs_of, work_items_for
 from oversight.runners import LeafError
 from planning import rules

@@ -21,10 +21,11 @@ from django.views.decorators.http import require_GET, require_POST
 from pydantic import BaseModel
 
 from accounts.roles import ADMIN, OFFICER, SUPERVISOR
+from execution.models import ExecutionControl, WorkItem
 from oversight.actions import execution
 from oversight.actions.gates import ReasonInvalid
 from oversight.budgets import LedgerBudgets, case_limits
-from oversight.models import ExecutionControl, ReasonCode, WorkItem
+from oversight.models import ReasonCode
 from oversight.queries import upstream_outputs_of, work_items_for
 from oversight.runners import LeafError
 from planning.catalogue import registered_packs

@@ -132,12 +132,12 @@ admin:planning_domainpack_history                 401  401  401  401  401  401  
 admin:planning_domainpack_delete                  401  401  401  401  401  401  403  401
 admin:planning_domainpack_change                  401  401  401  401  401  401  ok   401
 admin/planning/domainpack/<path:object_id>/       401  401  401  401  401  401  ok   401
-admin:oversight_workerheartbeat_changelist        401  401  401  401  401  401  ok   401
-admin:oversight_workerheartbeat_add               401  401  401  401  401  401  403  401
-admin:oversight_workerheartbeat_history           401  401  401  401  401  401  ok   401
-admin:oversight_workerheartbeat_delete            401  401  401  401  401  401  403  401
-admin:oversight_workerheartbeat_change            401  401  401  401  401  401  ok   401 post=admin:403
-admin/oversight/workerheartbeat/<path:object_id>/ 401  401  401  401  401  401  ok   401
+admin:execution_workerheartbeat_changelist        401  401  401  401  401  401  ok   401
+admin:execution_workerheartbeat_add               401  401  401  401  401  401  403  401
+admin:execution_workerheartbeat_history           401  401  401  401  401  401  ok   401
+admin:execution_workerheartbeat_delete            401  401  401  401  401  401  403  401
+admin:execution_workerheartbeat_change            401  401  401  401  401  401  ok   401 post=admin:403
+admin/execution/workerheartbeat/<path:object_id>/ 401  401  401  401  401  401  ok   401
 admin:oversight_policyversion_changelist          401  401  401  401  401  401  ok   401
 admin:oversight_policyversion_add                 401  401  401  401  401  401  ok   401
 admin:oversight_policyversion_history             401  401  401  401  401  401  ok   401
@@ -175,12 +175,12 @@ admin:accounts_rolegrantrequest_history          401  401  401  401  401  401  o
 admin:accounts_rolegrantrequest_delete           401  401  401  401  401  401  403  401
 admin:accounts_rolegrantrequest_change           401  401  401  401  401  401  ok   401 post=admin:403
 admin/accounts/rolegrantrequest/<path:object_id>/ 401  401  401  401  401  401  ok   401
-admin:oversight_trustscore_changelist             401  401  401  401  401  401  ok   401
-admin:oversight_trustscore_add                    401  401  401  401  401  401  403  401
-admin:oversight_trustscore_history                401  401  401  401  401  401  ok   401
-admin:oversight_trustscore_delete                 401  401  401  401  401  401  403  401
-admin:oversight_trustscore_change                 401  401  401  401  401  401  ok   401
-admin/oversight/trustscore/<path:object_id>/      401  401  401  401  401  401  ok   401
+admin:execution_trustscore_changelist             401  401  401  401  401  401  ok   401
+admin:execution_trustscore_add                    401  401  401  401  401  401  403  401
+admin:execution_trustscore_history                401  401  401  401  401  401  ok   401
+admin:execution_trustscore_delete                 401  401  401  401  401  401  403  401
+admin:execution_trustscore_change                 401  401  401  401  401  401  ok   401
+admin/execution/trustscore/<path:object_id>/      401  401  401  401  401  401  ok   401
 admin:app_list                                    401  401  401  401  401  401  ok   401
 admin/(?P<url>.*)$                                401  401  401  401  401  401  404  401
 # The API (bearer tokens)

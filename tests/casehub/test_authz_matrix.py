@@ -45,17 +45,9 @@ from accounts import tokens as api_tokens
 from accounts.models import ApiToken
 from audit.models import AuditEvent
 from audit.signing import current_key
+from execution.models import WorkerHeartbeat, WorkItem
 from oversight.actions.edits import edit_plan
-from oversight.models import (
-    OPEN_GATE_STATUSES,
-    Gate,
-    GateKind,
-    GateRisk,
-    Notification,
-    ReasonCode,
-    WorkerHeartbeat,
-    WorkItem,
-)
+from oversight.models import OPEN_GATE_STATUSES, Gate, GateKind, GateRisk, Notification, ReasonCode
 from planning.catalogue import sync_packs
 from planning.models import Case, PlanNode, PromotedMethod
 from planning.promoted import method_hash

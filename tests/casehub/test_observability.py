@@ -24,9 +24,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from audit.chain import append_event
 from audit.models import AuditEvent
+from execution.models import WorkerHeartbeat
 from observability import tracing
 from observability.collector import queue_depths
-from oversight.models import Gate, GateKind, GateStatus, WorkerHeartbeat
+from oversight.models import Gate, GateKind, GateStatus
 from planning import tasks as planning_tasks
 from planning.actions import submit_case
 from planning.core.llm.client import LlmClient, LlmSettings, strict_json_schema

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from audit.models import AuditEvent
-from oversight.models import LeafAttempt
+from execution.models import LeafAttempt
 from planning.models import CaseStatus, ErpPaymentHold, NodeStatus, PlanNode
 from tests.integration.execution import Harness, approve_plan, kill, leaf, wait_until
 

@@ -37,19 +37,12 @@ from accounts import roles, users
 from accounts import tokens as api_tokens
 from accounts.models import PasswordResetRequest, SigningState
 from audit.models import AuditEvent
+from execution.models import TrustScore, WorkerHeartbeat, WorkItem
 from oversight.actions.execution import set_stopped
 from oversight.actions.gates import active_policy
 from oversight.actions.policies import propose_policy
 from oversight.forms import PolicyProposalForm
-from oversight.models import (
-    Gate,
-    GateKind,
-    GateRisk,
-    ReasonCode,
-    TrustScore,
-    WorkerHeartbeat,
-    WorkItem,
-)
+from oversight.models import Gate, GateKind, GateRisk, ReasonCode
 from planning.catalogue import sync_packs
 from planning.models import Agent, Case, DomainPack, PlanNode, PromotedMethod, Tool
 from planning.promotion import approve_method, propose_method

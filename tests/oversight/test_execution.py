@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from audit.models import AuditEvent
+from execution.models import LeafAttempt, WorkItem
 from oversight.actions import execution
 from oversight.actions.gates import DecisionInput, decide_gate
-from oversight.models import Gate, GateKind, GateStatus, LeafAttempt, WorkItem
+from oversight.models import Gate, GateKind, GateStatus
 from planning.models import Case, CaseStatus, ErpPaymentHold, NodeStatus, PlanNode
 from tests.cases import planned_invoice_case
 from tests.personas import PASSWORD

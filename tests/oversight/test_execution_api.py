@@ -12,8 +12,8 @@ from django.test.utils import CaptureQueriesContext
 
 from accounts import tokens as api_tokens
 from audit.models import AuditEvent
+from execution.models import WorkItem
 from oversight.actions import execution
-from oversight.models import WorkItem
 from planning.models import CaseStatus, NodeStatus, PlanNode
 from tests import personas
 from tests.cases import planned_invoice_case

@@ -14,9 +14,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from execution.models import TrustScore, WorkItem
 from oversight.actions import execution
 from oversight.actions.gates import DecisionInput, decide_gate
-from oversight.models import Gate, GateKind, GateStatus, TrustScore, WorkItem
+from oversight.models import Gate, GateKind, GateStatus
 from planning.models import Agent, CaseStatus, NodeStatus, PlanNode
 from tests import personas
 from tests.cases import planned_invoice_case
@@ -381,6 +382,6 @@ def test_the_admin_lists_trust_scores_read_only_with_the_current_trust(admin_use
     )
     expected = f"{execution.effective_trust(agent, ['payments.hold']):.3f}"
     client = client_for(admin_user)
-    page = client.get(reverse("admin:oversight_trustscore_changelist")).content.decode()
+    page = client.get(reverse("admin:execution_trustscore_changelist")).content.decode()
     assert "payments.hold" in page and expected in page
-    assert client.get(reverse("admin:oversight_trustscore_add")).status_code == 403
+    assert client.get(reverse("admin:execution_trustscore_add")).status_code == 403

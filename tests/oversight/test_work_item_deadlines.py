@@ -20,9 +20,10 @@ from accounts import roles
 from accounts import tokens as api_tokens
 from audit.chain import case_chain, verify_chain
 from audit.models import AuditEvent
+from execution.models import LeafAttempt, WorkItem
 from oversight.actions import execution
 from oversight.actions.execution.work_items import sweep_work_items
-from oversight.models import LeafAttempt, Notification, WorkItem
+from oversight.models import Notification
 from planning.models import NodeStatus, PlanNode
 from tests import personas
 from tests.lock_order import sweep_while_the_chain_head_is_held

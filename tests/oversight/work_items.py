@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from execution.models import WorkItem
 from oversight.actions import execution
 from oversight.actions.gates import DecisionInput, decide_gate
-from oversight.models import Gate, GateKind, GateStatus, WorkItem
+from oversight.models import Gate, GateKind, GateStatus
 from planning.models import Case, PlanNode
 from tests.cases import planned_invoice_case
 

@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.chain import append_event, case_chain
+from execution.models import WorkItem
 from oversight import dispatch, notify
 from oversight.actions.execution.common import (
     LEAF,
@@ -17,11 +18,7 @@ from oversight.actions.execution.common import (
     RUNNING_CASE_STATUSES,
     CaseNotRunning,
 )
-from oversight.models import (
-    OPEN_GATE_STATUSES,
-    Gate,
-    WorkItem,
-)
+from oversight.models import OPEN_GATE_STATUSES, Gate
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
 
 logger = logging.getLogger(__name__)

@@ -13,6 +13,7 @@ from django.db.models import Count, Exists, Q
 from django.utils import timezone
 
 from audit.chain import append_event, case_chain
+from execution.models import ExecutionControl, LeafAttempt, TrustScore
 from oversight import dispatch, trust
 from oversight.actions.execution.cases import finish_if_done
 from oversight.actions.execution.common import (
@@ -26,14 +27,7 @@ from oversight.actions.execution.common import (
     lease_s,
 )
 from oversight.actions.trust import effective_trust
-from oversight.models import (
-    ExecutionControl,
-    Gate,
-    GateKind,
-    GateStatus,
-    LeafAttempt,
-    TrustScore,
-)
+from oversight.models import Gate, GateKind, GateStatus
 from planning.models import Agent, Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
 
 logger = logging.getLogger(__name__)

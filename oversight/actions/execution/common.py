@@ -13,10 +13,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.chain import append_event
+from execution.models import ExecutionControl
 from oversight import dispatch
-from oversight.models import (
-    ExecutionControl,
-)
 from planning.models import Agent, CaseStatus, NodeStatus, PlanNode, PlanVersion
 
 logger = logging.getLogger(__name__)

@@ -15,6 +15,7 @@ from django.db.models import Exists
 from django.utils import timezone
 
 from audit.chain import append_event, case_chain
+from execution.models import ExecutionControl, LeafAttempt
 from oversight import dispatch
 from oversight.actions.execution.cases import _end_case, finish_if_done
 from oversight.actions.execution.claiming import _claim_data, _release, _take, release_ready
@@ -30,12 +31,7 @@ from oversight.actions.execution.common import (
     retry_delay_s,
 )
 from oversight.actions.trust import record_outcome
-from oversight.models import (
-    OPEN_GATE_STATUSES,
-    ExecutionControl,
-    Gate,
-    LeafAttempt,
-)
+from oversight.models import OPEN_GATE_STATUSES, Gate
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
 
 logger = logging.getLogger(__name__)

@@ -11,6 +11,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from audit.chain import append_event, case_chain
+from execution.models import LeafAttempt
 from oversight.actions.execution.cases import finish_if_done
 from oversight.actions.execution.common import (
     LEAF,
@@ -26,11 +27,7 @@ from oversight.actions.execution.common import (
 )
 from oversight.actions.execution.ending import _apply_failure, _end_attempt
 from oversight.actions.execution.judging import resend_goal_judges
-from oversight.models import (
-    OPEN_GATE_STATUSES,
-    Gate,
-    LeafAttempt,
-)
+from oversight.models import OPEN_GATE_STATUSES, Gate
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
 
 logger = logging.getLogger(__name__)

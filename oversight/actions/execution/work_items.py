@@ -14,10 +14,10 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from audit.chain import append_event, case_chain
+from execution.models import WorkItem
 from oversight import notify
 from oversight.actions.execution.common import Claim, Ended, StaleResult, WorkItemConflict
 from oversight.actions.execution.ending import complete_leaf, record_stale
-from oversight.models import WorkItem
 from oversight.queries import work_item_groups
 from planning.models import NodeStatus, PlanNode
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 
 from audit.chain import append_event, case_chain
+from execution.models import LeafAttempt
 from observability.runs import leaf_run
 from oversight.actions.execution.claiming import claim_leaf, renew_lease
 from oversight.actions.execution.common import (
@@ -35,9 +36,6 @@ from oversight.actions.execution.ending import (
     complete_leaf,
     fail_leaf,
     stop_at_safe_point,
-)
-from oversight.models import (
-    LeafAttempt,
 )
 from planning.models import NodeStatus, PlanNode
 
