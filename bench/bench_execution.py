@@ -379,8 +379,8 @@ def _run_case(
 
     from audit.chain import case_chain, verify_chain
     from audit.models import AuditEvent
+    from execution import actions as execution
     from execution.models import LeafAttempt
-    from oversight.actions import execution
     from oversight.actions.gates import DecisionInput, decide_gate
     from oversight.models import Gate, GateKind
     from planning.actions import materialise_plan, submit_case

@@ -8,8 +8,8 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
+from execution.actions import effective_trust
 from execution.models import TrustScore, WorkerHeartbeat
-from oversight.actions.execution import effective_trust
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

@@ -11,10 +11,9 @@ class OversightConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
-        from observability import collector, metrics
-        from oversight import checks, gauges  # noqa: F401 (checks registers itself)
+        from observability import metrics
+        from oversight import gauges
 
-        collector.register_database_readers(gauges.heartbeats, gauges.open_leaves)
         metrics.register_gate_times_reader(gauges.gate_times)
         post_migrate.connect(_ensure_defaults, sender=self)
 

@@ -22,7 +22,7 @@ APPS = (
     "quality",
 )
 # Worker plumbing that is Celery by nature: the app itself and the heartbeat bootstep.
-CELERY_MODULES = {"casehub/celery.py", "oversight/worker.py"}
+CELERY_MODULES = {"casehub/celery.py", "execution/bootsteps.py"}
 PURE = ("planning.core", "planning.packs")
 
 

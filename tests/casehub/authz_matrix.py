@@ -96,13 +96,13 @@ metrics                                           ok   ok   ok   ok   ok   ok   
 login                                             ok   ok   ok   ok   ok   ok   ok   ok
 logout                                            401  ok   ok   ok   ok   ok   ok   ok
 # Execution: a case's run, cancelling it, work items, the global stop
-oversight:case-execution                          401  ok   404  ok   ok   ok   404  404
-oversight:case-cancel                             401  ok   404  ok   ok   403  404  404
-oversight:work-item-list                          401  ok   ok   ok   ok   ok   ok   ok
-oversight:work-item                               401  404  ok   404  404  404  404  404
-oversight:work-item-complete                      401  404  ok   404  404  404  404  404
-oversight:execution-control                       401  403  403  403  403  403  ok   403
-oversight:execution-control-set                   401  403  403  403  403  403  ok   403
+execution:case-execution                          401  ok   404  ok   ok   ok   404  404
+execution:case-cancel                             401  ok   404  ok   ok   403  404  404
+execution:work-item-list                          401  ok   ok   ok   ok   ok   ok   ok
+execution:work-item                               401  404  ok   404  404  404  404  404
+execution:work-item-complete                      401  404  ok   404  404  404  404  404
+execution:execution-control                       401  403  403  403  403  403  ok   403
+execution:execution-control-set                   401  403  403  403  403  403  ok   403
 accounts:lockout-list                            401  403  403  403  403  403  ok   403
 accounts:lockout-lift                            401  403  403  403  403  403  ok   403
 # The admin (staff only; list actions are checked by the A8 walk)
@@ -211,7 +211,7 @@ PUT /api/<anypath:rest>                           404  404  404  404  404  404  
 api:openapi-json                                  401  ok   ok   ok   ok   ok   ok   ok
 api:openapi-view                                  401  ok   ok   ok   ok   ok   ok   ok
 api:api-root                                      404  404  404  404  404  404  404  404
-# Execution in the API. Admins may cancel any case here (oversight.api.execution.cancel), not on its page.
+# Execution in the API. Admins may cancel any case here (execution.api.cancel), not on its page.
 POST /api/cases/<int:case_id>/cancel              401  ok   404  ok   ok   403  ok   404
 GET /api/control                                  401  ok   ok   ok   ok   ok   ok   403
 POST /api/control/stop                            401  403  403  403  403  403  ok   403

@@ -295,12 +295,12 @@ BODIES: dict[str, Callable[[World], Body]] = {
     ),
     "POST /api/gates/<int:gate_id>/decision": lambda w: ({"decision": "approve"}, True),
     # Execution (cancel, the global stop, work items).
-    "oversight:case-cancel": lambda w: (
+    "execution:case-cancel": lambda w: (
         {"reason_code": w.facts["cancel_code"], "reason": "x"},
         False,
     ),
-    "oversight:execution-control-set": lambda w: ({"action": "stop", "reason": "upgrade"}, False),
-    "oversight:work-item-complete": lambda w: ({"output": "{}"}, False),
+    "execution:execution-control-set": lambda w: ({"action": "stop", "reason": "upgrade"}, False),
+    "execution:work-item-complete": lambda w: ({"output": "{}"}, False),
     "POST /api/cases/<int:case_id>/cancel": lambda w: (
         {"reason_code": w.facts["cancel_code"], "reason": "x"},
         True,

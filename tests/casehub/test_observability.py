@@ -34,10 +34,10 @@ from planning.core.llm.client import LlmClient, LlmSettings, strict_json_schema
 from planning.models import NodeStatus, PlanNode
 from tests import personas
 from tests.cases import planned_invoice_case
+from tests.execution.test_execution import approve, run_ready
+from tests.execution.test_llm_runner import FINDINGS, approved_case, notes_pack  # noqa: F401 (a fixture)
+from tests.execution.test_llm_runner import calls as llm_calls
 from tests.fakes.openai_server import FakeOpenAIServer
-from tests.oversight.test_execution import approve, run_ready
-from tests.oversight.test_llm_runner import FINDINGS, approved_case, notes_pack  # noqa: F401 (a fixture)
-from tests.oversight.test_llm_runner import calls as llm_calls
 from tests.planning.llm_scripts import fraud_plan_responder
 from web.env import ConfigError
 

@@ -18,8 +18,8 @@ import pytest
 
 from audit.chain import case_chain, verify_chain
 from audit.models import AuditEvent
+from execution import actions as execution
 from execution.models import LeafAttempt
-from oversight.actions import execution
 from oversight.models import Gate, GateKind, GateStatus
 from planning.models import Case, CaseStatus, NodeStatus
 from tests.integration.execution import Harness, approve_plan, leaf, wait_until

@@ -6,8 +6,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from execution.heartbeats import record_worker_heartbeat
 from execution.models import WorkerHeartbeat
-from oversight.actions.workers import record_worker_heartbeat
 
 pytestmark = pytest.mark.django_db
 

@@ -9,9 +9,9 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.test import override_settings
 
+from execution import actions as execution
 from execution.models import WorkItem
-from oversight.actions import execution
-from oversight.actions.execution.work_items import complete_work_item
+from execution.work_items import complete_work_item
 from oversight.actions.gates import DecisionInput, decide_gate
 from oversight.models import Gate, GateStatus
 from planning.actions import materialise_plan, submit_case
