@@ -379,9 +379,10 @@ def _run_case(
 
     from audit.chain import case_chain, verify_chain
     from audit.models import AuditEvent
-    from oversight.actions import execution
+    from execution import actions as execution
+    from execution.models import LeafAttempt
     from oversight.actions.gates import DecisionInput, decide_gate
-    from oversight.models import Gate, GateKind, LeafAttempt
+    from oversight.models import Gate, GateKind
     from planning.actions import materialise_plan, submit_case
     from planning.models import Case, CaseStatus, PlanNode
 

@@ -65,12 +65,12 @@ def install(var_dir: Path) -> None:
 
     from django.db.backends.signals import connection_created
 
-    from oversight import dispatch, runners
+    from execution import dispatch, runners
 
     parts = ("common", "claiming", "ending", "work_items", "cases", "reconcile", "worker")
     modules = [
-        *(importlib.import_module(f"oversight.actions.execution.{part}") for part in parts),
-        importlib.import_module("oversight.actions.trust"),
+        *(importlib.import_module(f"execution.{part}") for part in parts),
+        importlib.import_module("execution.trust_actions"),
         runners,
         dispatch,
     ]

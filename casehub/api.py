@@ -49,9 +49,9 @@ from accounts import tokens as api_tokens
 from accounts.denials import record_denial
 from accounts.models import AccessDenial, ApiToken
 from accounts.throttling import record_sign_in, throttled_response
+from execution.api import router as execution_router
 from oversight.actions import edits, gates
 from oversight.api import router as oversight_router
-from oversight.api.execution import router as execution_router
 from oversight.api.gates import router as gates_router
 from oversight.api.plans import router as plans_router
 from planning import actions, rules

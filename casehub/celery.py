@@ -14,7 +14,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "casehub.settings")
 app = Celery("casehub")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
-app.steps["worker"].add("oversight.worker.HeartbeatStep")
+app.steps["worker"].add("execution.bootsteps.HeartbeatStep")
 
 
 @worker_init.connect

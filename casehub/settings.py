@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "accounts",
     "planning",
     "oversight",
+    "execution",
     "quality",
     # The project itself, for its management command (runcasehub); it holds no models.
     "casehub",
@@ -290,7 +291,7 @@ OPENAI_API_KEY = env_str("OPENAI_API_KEY")
 OPENAI_BASE_URL = env_str("OPENAI_BASE_URL")
 CASEHUB_LLM_MODEL = env_str("CASEHUB_LLM_MODEL", "gpt-4o-mini")
 # Goal-level verification also asks this model (same provider) once the pack's rules hold;
-# empty: no LLM judge (oversight/goal_judge.py).
+# empty: no LLM judge (execution/goal_judge.py).
 CASEHUB_GOAL_JUDGE_MODEL = env_str("CASEHUB_GOAL_JUDGE_MODEL")
 CASEHUB_LLM_TIMEOUT_S = env_int("CASEHUB_LLM_TIMEOUT_S", 60, minimum=1)
 CASEHUB_LLM_MAX_RETRIES = env_int("CASEHUB_LLM_MAX_RETRIES", 2, minimum=0)
@@ -350,7 +351,7 @@ LOGGING = {
 # Called with each plan version just stored, in its transaction: the version's gates open there.
 CASEHUB_PLAN_VERSION_HOOKS = ["oversight.actions.gates.open_gates"]
 # A failed step whose failure policy is `replan` is re-planned by this; past the limit it escalates.
-CASEHUB_REPLAN_HOOK = "oversight.actions.replan.replan_failed_leaf"
+CASEHUB_REPLAN_HOOK = "execution.replanning.replan_failed_leaf"
 CASEHUB_MAX_REPLANS = env_int("CASEHUB_MAX_REPLANS", 2, minimum=0)
 # Gates (reminders, escalation, hold) and work items (reminders, escalation) are swept this often
 # (seconds).

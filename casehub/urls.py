@@ -12,6 +12,7 @@ urlpatterns = [
     path("", oversight_views.home, name="home"),
     path("", include("accounts.urls")),
     path("", include("oversight.urls")),
+    path("", include("execution.urls")),
     path("", include("quality.urls")),
     path("", include("planning.urls")),
     path("health", oversight_views.health, name="health"),

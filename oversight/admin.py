@@ -18,7 +18,6 @@ from django.utils.html import format_html, format_html_join
 
 from accounts.tokens import revoke_api_tokens
 from audit.chain import SYSTEM_CHAIN, append_event
-from oversight.actions.execution import effective_trust
 from oversight.actions.gates import ReasonInvalid, active_policy
 from oversight.actions.policies import (
     PolicyConflict,
@@ -31,45 +30,8 @@ from oversight.actions.policies import (
     reject_policy,
 )
 from oversight.forms import SETTING_HELP, PolicyActionForm, PolicyProposalForm, ReasonCodeForm
-from oversight.models import PolicyVersion, ReasonCode, TrustScore, WorkerHeartbeat
+from oversight.models import PolicyVersion, ReasonCode
 from oversight.policy import PolicySettings, loosening
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-@admin.register(WorkerHeartbeat)
-class WorkerHeartbeatAdmin(ReadOnlyAdmin):
-    list_display = ("hostname", "pid", "started_at", "last_seen")
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm("oversight.configure")
-
-
-@admin.register(TrustScore)
-class TrustScoreAdmin(ReadOnlyAdmin):
-    """Learned trust per agent and capability, read only: outcomes of runs write it."""
-
-    list_display = ("agent", "capability", "successes", "failures", "current_trust", "updated_at")
-    list_filter = ("agent",)
-    list_select_related = ("agent",)
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm("oversight.configure")
-
-    @admin.display(description="current trust")
-    def current_trust(self, score: TrustScore) -> str:
-        # The trust routing uses now: the agent's prior and this capability's decayed evidence.
-        return f"{effective_trust(score.agent, [score.capability]):.3f}"
-
 
 # Gating policy versions and reason codes (RELIABILITY R6, R10, O10) -------------------------
 

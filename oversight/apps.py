@@ -13,10 +13,9 @@ class OversightConfig(AppConfig):
 
         # Imported here, not at the top: models may be imported only once the app registry is
         # ready (Django loads this module before).
-        from observability import collector, metrics
-        from oversight import checks, gauges  # noqa: F401 (checks registers itself)
+        from observability import metrics
+        from oversight import gauges
 
-        collector.register_database_readers(gauges.heartbeats, gauges.open_leaves)
         metrics.register_gate_times_reader(gauges.gate_times)
         post_migrate.connect(_ensure_defaults, sender=self)
 

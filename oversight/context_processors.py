@@ -11,7 +11,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 from accounts.roles import ROLES
-from oversight.models import ExecutionControl, WorkItem
+from execution.models import ExecutionControl, WorkItem
 from oversight.queries import inbox_for, unread_notifications, work_items_for
 from planning import rules
 from planning.promotion.actions import can_view_methods
@@ -36,7 +36,7 @@ def _items(request: HttpRequest, counts: dict[str, int]) -> list[NavItem]:
         items.append(
             NavItem(
                 "Work items",
-                reverse("oversight:work-item-list"),
+                reverse("execution:work-item-list"),
                 "work-items",
                 counts["work_items_count"],
             )
@@ -54,7 +54,7 @@ def _items(request: HttpRequest, counts: dict[str, int]) -> list[NavItem]:
     if user.is_staff and user.has_perm(rules.CONFIGURE):
         items.append(NavItem("Administration", reverse("admin:index"), "admin"))
     if user.has_perm(rules.CONFIGURE):
-        items.append(NavItem("Execution", reverse("oversight:execution-control"), "execution"))
+        items.append(NavItem("Execution", reverse("execution:execution-control"), "execution"))
     items.append(
         NavItem(
             "Notifications", reverse("oversight:notifications"), "notifications", counts["unread"]

@@ -17,7 +17,8 @@ from django.core.mail import send_mass_mail
 from django.db import transaction
 from django.urls import reverse
 
-from oversight.models import Gate, Notification, WorkItem
+from execution.models import WorkItem
+from oversight.models import Gate, Notification
 from planning.models import Case, PlanVersion
 
 logger = logging.getLogger(__name__)
@@ -163,7 +164,7 @@ def work_item_opened(item: WorkItem) -> None:
         users,
         kind="work_item.opened",
         message=f"Case #{case.pk} “{case.title}”: step {item.node.key} waits for you to do it.",
-        url=reverse("oversight:work-item", args=[item.pk]),
+        url=reverse("execution:work-item", args=[item.pk]),
         case=case,
         gate=None,
         subject=f"[CaseHub] Case #{case.pk}: a step waits for you",
@@ -181,7 +182,7 @@ def work_item_reminder(item: WorkItem) -> None:
             f"Reminder: step {item.node.key} of case #{case.pk} waits for you; it is due "
             f"{item.deadline:%Y-%m-%d %H:%M} UTC."
         ),
-        url=reverse("oversight:work-item", args=[item.pk]),
+        url=reverse("execution:work-item", args=[item.pk]),
         case=case,
         gate=None,
         subject=f"[CaseHub] Reminder: case #{case.pk} step due",
@@ -200,7 +201,7 @@ def work_item_escalated(item: WorkItem) -> None:
             f"Escalated: step {item.node.key} of case #{case.pk} “{case.title}” passed its "
             "deadline undone. You may do it now; the case waits for it."
         ),
-        url=reverse("oversight:work-item", args=[item.pk]),
+        url=reverse("execution:work-item", args=[item.pk]),
         case=case,
         gate=None,
         subject=f"[CaseHub] Escalated: case #{case.pk} step overdue",

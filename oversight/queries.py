@@ -8,7 +8,8 @@ from django.contrib.auth.models import AnonymousUser, Group, User
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
-from oversight.models import OPEN_GATE_STATUSES, Gate, GateDecision, Notification, WorkItem
+from execution.models import WorkItem
+from oversight.models import OPEN_GATE_STATUSES, Gate, GateDecision, Notification
 from planning.models import Case, NodeStatus, PlanNode, PlanVersion
 from planning.queries import visible_cases
 

@@ -1,7 +1,7 @@
 from django.urls import path
 
 from oversight import views
-from oversight.views import execution, gates, versions
+from oversight.views import gates, versions
 
 app_name = "oversight"
 
@@ -14,17 +14,6 @@ urlpatterns = [
     path("cases/<int:case_id>/versions/", versions.version_history, name="version-history"),
     path("cases/<int:case_id>/versions/diff/", versions.version_diff, name="version-diff"),
     path("cases/<int:case_id>/nodes/<int:node_id>/edit/", versions.plan_edit, name="plan-edit"),
-    path("cases/<int:case_id>/execution/", execution.case_execution, name="case-execution"),
-    path("cases/<int:case_id>/cancel", execution.case_cancel, name="case-cancel"),
-    path("work-items/", execution.work_item_list, name="work-item-list"),
-    path("work-items/<int:item_id>/", execution.work_item_detail, name="work-item"),
-    path(
-        "work-items/<int:item_id>/complete",
-        execution.work_item_complete,
-        name="work-item-complete",
-    ),
-    path("execution/", execution.execution_control, name="execution-control"),
-    path("execution/control", execution.execution_control_set, name="execution-control-set"),
     path("notifications/", gates.notifications, name="notifications"),
     path("notifications/read-all", gates.notifications_read_all, name="notifications-read-all"),
     path(

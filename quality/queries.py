@@ -39,7 +39,8 @@ from django.db.models.functions import Cast, Coalesce, Concat, TruncDate, TruncW
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from oversight.models import Gate, GateKind, GateStatus, LeafAttempt
+from execution.models import LeafAttempt
+from oversight.models import Gate, GateKind, GateStatus
 from planning.catalogue import registered_packs
 from planning.core.llm.pricing import PriceTable
 from planning.models import Case, CaseStatus, LlmCall, NodeStatus, PlanNode, PlanVersion, Strategy

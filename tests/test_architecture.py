@@ -10,9 +10,19 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("web", "observability", "audit", "accounts", "casehub", "planning", "oversight", "quality")
+APPS = (
+    "web",
+    "observability",
+    "audit",
+    "accounts",
+    "casehub",
+    "planning",
+    "oversight",
+    "execution",
+    "quality",
+)
 # Worker plumbing that is Celery by nature: the app itself and the heartbeat bootstep.
-CELERY_MODULES = {"casehub/celery.py", "oversight/worker.py"}
+CELERY_MODULES = {"casehub/celery.py", "execution/bootsteps.py"}
 PURE = ("planning.core", "planning.packs")
 
 
@@ -38,7 +48,19 @@ def _top(name: str) -> str:
 
 
 # The stack of STYLE.md, bottom to top: an app imports only itself and the apps below it.
-STACK = ("web", "observability", "audit", "accounts", "planning", "oversight", "quality", "casehub")
+STACK = (
+    "web",
+    "observability",
+    "audit",
+    "accounts",
+    "planning",
+    "oversight",
+    "execution",
+    "quality",
+    "casehub",
+)
+# While execution moves out of oversight, oversight may still import it (issue #20).
+NOT_YET = {("oversight", "execution")}
 
 
 def module_graph(*packages: str, root: Path = ROOT) -> dict[str, set[str]]:
@@ -115,7 +137,9 @@ def test_apps_import_only_downwards() -> None:
         f"{path}: {name}"
         for path, tree in _sources()
         for name in _imports(tree)
-        if _top(name) in STACK and STACK.index(_top(name)) > STACK.index(_top(path.split("/")[0]))
+        if _top(name) in STACK
+        and STACK.index(_top(name)) > STACK.index(_top(path.split("/")[0]))
+        and (_top(path.split("/")[0]), _top(name)) not in NOT_YET
     ]
     assert offenders == []
 

@@ -488,7 +488,7 @@ def _conflict(gate: Gate, user: User, decision: DecisionInput) -> str | None:
         return "the step changed after the gate opened"
     if GateDecision.objects.filter(gate=gate, decider=user).exists():
         return "you have already decided this gate"
-    from oversight.actions.replan import plan_gate_conflict
+    from execution.replanning import plan_gate_conflict
 
     return plan_gate_conflict(gate)
 
@@ -579,14 +579,14 @@ def _set_case_status(case: Case, status: str, user: User | None, **data: Any) ->
 
 
 def _on_approved(gate: Gate, user: User) -> None:
-    from oversight.actions import execution
+    from execution import actions as execution
 
     case = gate.case
     if gate.kind == GateKind.PLAN:
         if case.status == CaseStatus.AWAITING_APPROVAL:
             _set_case_status(case, CaseStatus.APPROVED, user, version=gate.version.number)
             notify.case_decided(case, approved=True, by=user)
-            from oversight.actions.replan import before_start, is_replan
+            from execution.replanning import before_start, is_replan
 
             before_start(gate.version)
             execution.start_execution(case, actor=user)
@@ -631,7 +631,7 @@ def _on_rejected(gate: Gate, user: User, record: GateDecision) -> None:
         return
     node = gate.node
     if gate.kind == GateKind.ESCALATION:
-        from oversight.actions import execution
+        from execution import actions as execution
 
         if node is not None and case.status in execution.RUNNING_CASE_STATUSES:
             execution.on_escalation_rejected(gate, actor=user, why=f"escalation {why}")

@@ -7,7 +7,7 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("oversight", "0012_accounts_models_moved"),
+        ("oversight", "0013_execution_models_moved"),
         ("planning", "0008_llm_budget_models_moved"),
     ]
 

@@ -40,9 +40,9 @@ from audit.checkpoints import latest_checkpoint, verify_anchored_chain
 from audit.export import export_case_bundle
 from audit.models import AuditEvent
 from audit.signing import current_key_id, public_keys
+from execution.models import WorkerHeartbeat
 from oversight.api import EXPORT_AUDIT
 from oversight.dispatch import broker_status
-from oversight.models import WorkerHeartbeat
 from oversight.queries import inbox_for
 from planning import rules
 from planning.models import Case, CaseStatus

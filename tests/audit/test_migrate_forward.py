@@ -1,5 +1,5 @@
-"""A database made before models moved apps (to audit, accounts, and planning for the LLM
-budget ledger) migrates forward with nothing lost.
+"""A database made before models moved apps (to audit, accounts, execution, and planning for
+the LLM budget ledger) migrates forward with nothing lost.
 
 The fixtures in tests/fixtures/premove/ are dumps (SQLite and PostgreSQL) of a database made at
 main before the move (commit ebc16b1): migrated, `seed_demo` run, two INV-1042 cases planned,
@@ -59,7 +59,8 @@ print(json.dumps({
         for t in ContentType.objects.filter(
             model__in=[
                 "apitoken", "signingstate", "accessdenial", "passwordresetrequest",
-                "rolegrantrequest", "llmusage", "llmreservation",
+                "rolegrantrequest", "llmusage", "llmreservation", "workerheartbeat",
+                "executioncontrol", "leafattempt", "trustscore", "workitem",
             ]
         )
     ),
@@ -160,7 +161,8 @@ def test_a_database_made_before_the_move_migrates_forward_and_verifies(
     assert len(hashes_before) == EVENTS_BEFORE
 
     _manage(url, "migrate", "--verbosity", "0")
-    assert "[ ]" not in _manage(url, "showmigrations", "audit", "oversight", "planning")
+    shown = _manage(url, "showmigrations", "audit", "oversight", "planning", "execution")
+    assert "[ ]" not in shown
     found = json.loads(
         _manage(url, "shell", "--verbosity", "0", "-c", CHECK).strip().splitlines()[-1]
     )
@@ -176,6 +178,11 @@ def test_a_database_made_before_the_move_migrates_forward_and_verifies(
         "accounts.passwordresetrequest",
         "accounts.rolegrantrequest",
         "accounts.signingstate",
+        "execution.executioncontrol",
+        "execution.leafattempt",
+        "execution.trustscore",
+        "execution.workerheartbeat",
+        "execution.workitem",
         "planning.llmreservation",
         "planning.llmusage",
     ]

@@ -96,13 +96,13 @@ metrics                                           ok   ok   ok   ok   ok   ok   
 login                                             ok   ok   ok   ok   ok   ok   ok   ok
 logout                                            401  ok   ok   ok   ok   ok   ok   ok
 # Execution: a case's run, cancelling it, work items, the global stop
-oversight:case-execution                          401  ok   404  ok   ok   ok   404  404
-oversight:case-cancel                             401  ok   404  ok   ok   403  404  404
-oversight:work-item-list                          401  ok   ok   ok   ok   ok   ok   ok
-oversight:work-item                               401  404  ok   404  404  404  404  404
-oversight:work-item-complete                      401  404  ok   404  404  404  404  404
-oversight:execution-control                       401  403  403  403  403  403  ok   403
-oversight:execution-control-set                   401  403  403  403  403  403  ok   403
+execution:case-execution                          401  ok   404  ok   ok   ok   404  404
+execution:case-cancel                             401  ok   404  ok   ok   403  404  404
+execution:work-item-list                          401  ok   ok   ok   ok   ok   ok   ok
+execution:work-item                               401  404  ok   404  404  404  404  404
+execution:work-item-complete                      401  404  ok   404  404  404  404  404
+execution:execution-control                       401  403  403  403  403  403  ok   403
+execution:execution-control-set                   401  403  403  403  403  403  ok   403
 accounts:lockout-list                            401  403  403  403  403  403  ok   403
 accounts:lockout-lift                            401  403  403  403  403  403  ok   403
 # The admin (staff only; list actions are checked by the A8 walk)
@@ -132,12 +132,12 @@ admin:planning_domainpack_history                 401  401  401  401  401  401  
 admin:planning_domainpack_delete                  401  401  401  401  401  401  403  401
 admin:planning_domainpack_change                  401  401  401  401  401  401  ok   401
 admin/planning/domainpack/<path:object_id>/       401  401  401  401  401  401  ok   401
-admin:oversight_workerheartbeat_changelist        401  401  401  401  401  401  ok   401
-admin:oversight_workerheartbeat_add               401  401  401  401  401  401  403  401
-admin:oversight_workerheartbeat_history           401  401  401  401  401  401  ok   401
-admin:oversight_workerheartbeat_delete            401  401  401  401  401  401  403  401
-admin:oversight_workerheartbeat_change            401  401  401  401  401  401  ok   401 post=admin:403
-admin/oversight/workerheartbeat/<path:object_id>/ 401  401  401  401  401  401  ok   401
+admin:execution_workerheartbeat_changelist        401  401  401  401  401  401  ok   401
+admin:execution_workerheartbeat_add               401  401  401  401  401  401  403  401
+admin:execution_workerheartbeat_history           401  401  401  401  401  401  ok   401
+admin:execution_workerheartbeat_delete            401  401  401  401  401  401  403  401
+admin:execution_workerheartbeat_change            401  401  401  401  401  401  ok   401 post=admin:403
+admin/execution/workerheartbeat/<path:object_id>/ 401  401  401  401  401  401  ok   401
 admin:oversight_policyversion_changelist          401  401  401  401  401  401  ok   401
 admin:oversight_policyversion_add                 401  401  401  401  401  401  ok   401
 admin:oversight_policyversion_history             401  401  401  401  401  401  ok   401
@@ -175,12 +175,12 @@ admin:accounts_rolegrantrequest_history          401  401  401  401  401  401  o
 admin:accounts_rolegrantrequest_delete           401  401  401  401  401  401  403  401
 admin:accounts_rolegrantrequest_change           401  401  401  401  401  401  ok   401 post=admin:403
 admin/accounts/rolegrantrequest/<path:object_id>/ 401  401  401  401  401  401  ok   401
-admin:oversight_trustscore_changelist             401  401  401  401  401  401  ok   401
-admin:oversight_trustscore_add                    401  401  401  401  401  401  403  401
-admin:oversight_trustscore_history                401  401  401  401  401  401  ok   401
-admin:oversight_trustscore_delete                 401  401  401  401  401  401  403  401
-admin:oversight_trustscore_change                 401  401  401  401  401  401  ok   401
-admin/oversight/trustscore/<path:object_id>/      401  401  401  401  401  401  ok   401
+admin:execution_trustscore_changelist             401  401  401  401  401  401  ok   401
+admin:execution_trustscore_add                    401  401  401  401  401  401  403  401
+admin:execution_trustscore_history                401  401  401  401  401  401  ok   401
+admin:execution_trustscore_delete                 401  401  401  401  401  401  403  401
+admin:execution_trustscore_change                 401  401  401  401  401  401  ok   401
+admin/execution/trustscore/<path:object_id>/      401  401  401  401  401  401  ok   401
 admin:app_list                                    401  401  401  401  401  401  ok   401
 admin/(?P<url>.*)$                                401  401  401  401  401  401  404  401
 # The API (bearer tokens)
@@ -211,7 +211,7 @@ PUT /api/<anypath:rest>                           404  404  404  404  404  404  
 api:openapi-json                                  401  ok   ok   ok   ok   ok   ok   ok
 api:openapi-view                                  401  ok   ok   ok   ok   ok   ok   ok
 api:api-root                                      404  404  404  404  404  404  404  404
-# Execution in the API. Admins may cancel any case here (oversight.api.execution.cancel), not on its page.
+# Execution in the API. Admins may cancel any case here (execution.api.cancel), not on its page.
 POST /api/cases/<int:case_id>/cancel              401  ok   404  ok   ok   403  ok   404
 GET /api/control                                  401  ok   ok   ok   ok   ok   ok   403
 POST /api/control/stop                            401  403  403  403  403  403  ok   403

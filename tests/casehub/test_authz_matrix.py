@@ -45,17 +45,9 @@ from accounts import tokens as api_tokens
 from accounts.models import ApiToken
 from audit.models import AuditEvent
 from audit.signing import current_key
+from execution.models import WorkerHeartbeat, WorkItem
 from oversight.actions.edits import edit_plan
-from oversight.models import (
-    OPEN_GATE_STATUSES,
-    Gate,
-    GateKind,
-    GateRisk,
-    Notification,
-    ReasonCode,
-    WorkerHeartbeat,
-    WorkItem,
-)
+from oversight.models import OPEN_GATE_STATUSES, Gate, GateKind, GateRisk, Notification, ReasonCode
 from planning.catalogue import sync_packs
 from planning.models import Case, PlanNode, PromotedMethod
 from planning.promotion.methods import method_hash
@@ -303,12 +295,12 @@ BODIES: dict[str, Callable[[World], Body]] = {
     ),
     "POST /api/gates/<int:gate_id>/decision": lambda w: ({"decision": "approve"}, True),
     # Execution (cancel, the global stop, work items).
-    "oversight:case-cancel": lambda w: (
+    "execution:case-cancel": lambda w: (
         {"reason_code": w.facts["cancel_code"], "reason": "x"},
         False,
     ),
-    "oversight:execution-control-set": lambda w: ({"action": "stop", "reason": "upgrade"}, False),
-    "oversight:work-item-complete": lambda w: ({"output": "{}"}, False),
+    "execution:execution-control-set": lambda w: ({"action": "stop", "reason": "upgrade"}, False),
+    "execution:work-item-complete": lambda w: ({"output": "{}"}, False),
     "POST /api/cases/<int:case_id>/cancel": lambda w: (
         {"reason_code": w.facts["cancel_code"], "reason": "x"},
         True,

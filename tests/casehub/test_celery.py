@@ -14,4 +14,4 @@ def test_every_beat_entry_names_a_registered_task() -> None:
 
 
 def test_workers_get_the_heartbeat_step() -> None:
-    assert "oversight.worker.HeartbeatStep" in {str(step) for step in app.steps["worker"]}
+    assert "execution.bootsteps.HeartbeatStep" in {str(step) for step in app.steps["worker"]}

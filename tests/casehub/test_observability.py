@@ -24,9 +24,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from audit.chain import append_event
 from audit.models import AuditEvent
+from execution.models import WorkerHeartbeat
 from observability import tracing
 from observability.collector import queue_depths
-from oversight.models import Gate, GateKind, GateStatus, WorkerHeartbeat
+from oversight.models import Gate, GateKind, GateStatus
 from planning import tasks as planning_tasks
 from planning.actions import submit_case
 from planning.core.llm.client import LlmClient
@@ -35,10 +36,10 @@ from planning.core.llm.structured_output import strict_json_schema
 from planning.models import NodeStatus, PlanNode
 from tests import personas
 from tests.cases import planned_invoice_case
+from tests.execution.test_execution import approve, run_ready
+from tests.execution.test_llm_runner import FINDINGS, approved_case, notes_pack  # noqa: F401 (a fixture)
+from tests.execution.test_llm_runner import calls as llm_calls
 from tests.fakes.openai_server import FakeOpenAIServer
-from tests.oversight.test_execution import approve, run_ready
-from tests.oversight.test_llm_runner import FINDINGS, approved_case, notes_pack  # noqa: F401 (a fixture)
-from tests.oversight.test_llm_runner import calls as llm_calls
 from tests.planning.llm_scripts import fraud_plan_responder
 from web.env import ConfigError
 

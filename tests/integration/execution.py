@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from oversight.actions import execution
+from execution import actions as execution
 from oversight.actions.gates import DecisionInput, decide_gate
 from oversight.models import Gate, GateKind, GateStatus
 from planning.actions import materialise_plan, submit_case

@@ -18,8 +18,9 @@ import pytest
 
 from audit.chain import case_chain, verify_chain
 from audit.models import AuditEvent
-from oversight.actions import execution
-from oversight.models import Gate, GateKind, GateStatus, LeafAttempt
+from execution import actions as execution
+from execution.models import LeafAttempt
+from oversight.models import Gate, GateKind, GateStatus
 from planning.models import Case, CaseStatus, NodeStatus
 from tests.integration.execution import Harness, approve_plan, leaf, wait_until
 from tests.integration.redis_server import RedisServer, celery_broker

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from audit.models import AuditEvent
-from oversight.models import LeafAttempt
+from execution.models import LeafAttempt
 from planning.models import CaseStatus, ErpPaymentHold, NodeStatus, PlanNode
 from tests.integration.execution import Harness, approve_plan, kill, leaf, wait_until
 
@@ -89,7 +89,7 @@ def test_the_invoice_case_runs_on_a_real_worker_and_holds_the_payment_once(
 def test_the_same_message_delivered_again_and_two_workers_racing_claim_once(
     harness: Harness, analyst: Any, officer: Any
 ) -> None:
-    from oversight import dispatch
+    from execution import dispatch
 
     case = harness.case(analyst, [{"key": "once", "seconds": 1}])
     approve_plan(case, officer)
@@ -170,7 +170,7 @@ def test_soft_and_hard_time_limits_time_the_leaf_out_and_it_is_not_run_again(
 
         wait_until("both to time out", timed_out, timeout=60, workers=(worker,))
         for _ in range(10):  # the reconciler keeps running: nothing starts them again
-            from oversight.actions import execution
+            from execution import actions as execution
 
             execution.reconcile_execution()
     finally:
@@ -259,7 +259,7 @@ def test_fifty_parents_finishing_together_start_their_child_exactly_once(
 def test_a_cancelled_case_skips_queued_leaves_and_stops_running_ones_before_their_effect(
     harness: Harness, analyst: Any, officer: Any
 ) -> None:
-    from oversight.actions import execution
+    from execution import actions as execution
 
     case = harness.case(
         analyst,
@@ -286,7 +286,7 @@ def test_a_cancelled_case_skips_queued_leaves_and_stops_running_ones_before_thei
 def test_the_global_stop_holds_everything_and_resume_runs_nothing_twice(
     harness: Harness, analyst: Any, officer: Any, admin_user: Any
 ) -> None:
-    from oversight.actions import execution
+    from execution import actions as execution
 
     case = harness.case(
         analyst,
@@ -329,7 +329,7 @@ def test_a_poison_leaf_is_dead_lettered_with_an_escalation_gate(
         wait_until("the dead letter", lambda: leaf(case, "poison").error_class == "poison",
                    timeout=90, workers=(worker,))  # fmt: skip
         for _ in range(10):
-            from oversight.actions import execution
+            from execution import actions as execution
 
             execution.reconcile_execution()
     finally:

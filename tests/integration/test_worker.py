@@ -7,7 +7,7 @@ from django.conf import settings
 from django.db import connection
 from django.test import Client
 
-from oversight.models import WorkerHeartbeat
+from execution.models import WorkerHeartbeat
 from oversight.tasks import ping
 from tests import personas
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from oversight.checks import check_visibility_timeout
+from execution.checks import check_visibility_timeout
 from tests.casehub.test_deploy_check import deploy_check, production_env
 from tests.casehub.test_settings import _settings_in_subprocess
 

@@ -37,25 +37,18 @@ from accounts import roles, users
 from accounts import tokens as api_tokens
 from accounts.models import PasswordResetRequest, SigningState
 from audit.models import AuditEvent
-from oversight.actions.execution import set_stopped
+from execution.actions import set_stopped
+from execution.models import TrustScore, WorkerHeartbeat, WorkItem
 from oversight.actions.gates import active_policy
 from oversight.actions.policies import propose_policy
 from oversight.forms import PolicyProposalForm
-from oversight.models import (
-    Gate,
-    GateKind,
-    GateRisk,
-    ReasonCode,
-    TrustScore,
-    WorkerHeartbeat,
-    WorkItem,
-)
+from oversight.models import Gate, GateKind, GateRisk, ReasonCode
 from planning.catalogue import sync_packs
 from planning.models import Agent, Case, DomainPack, PlanNode, PromotedMethod, Tool
 from planning.promotion.actions import approve_method, propose_method
 from tests import personas
 from tests.cases import planned_invoice_case
-from tests.oversight.work_items import INVOICE_FIELDS, approve_plan, waiting_work_item
+from tests.execution.work_items import INVOICE_FIELDS, approve_plan, waiting_work_item
 from tests.planning.factories import make_case, make_plan
 from tests.routes import MUTATING, all_routes
 
@@ -510,13 +503,13 @@ def _open_work_item() -> WorkItem:
 def _cancel_form(user: User | None) -> Req:
     case = _running_invoice_case()
     data = {"reason_code": "no-longer-needed", "reason": "paid elsewhere"}
-    return Req(reverse("oversight:case-cancel", args=[case.pk]), data)
+    return Req(reverse("execution:case-cancel", args=[case.pk]), data)
 
 
 def _work_item_form(user: User | None) -> Req:
     item = _open_work_item()
     data = {"output": json.dumps(INVOICE_FIELDS)}
-    return Req(reverse("oversight:work-item-complete", args=[item.pk]), data)
+    return Req(reverse("execution:work-item-complete", args=[item.pk]), data)
 
 
 def _api_cancel(user: User | None) -> Req:
@@ -628,14 +621,14 @@ AUDITED: dict[str, Audited] = {
     ),
     "planning:method-retire": Audited("officer", _method_step("retire"), "planning.method.retired"),
     # Execution.
-    "oversight:case-cancel": Audited("officer", _cancel_form, "planning.case.cancelled"),
-    "oversight:work-item-complete": Audited(
+    "execution:case-cancel": Audited("officer", _cancel_form, "planning.case.cancelled"),
+    "execution:work-item-complete": Audited(
         "analyst", _work_item_form, "execution.work_item.completed"
     ),
-    "oversight:execution-control-set": Audited(
+    "execution:execution-control-set": Audited(
         "admin",
         lambda user: Req(
-            reverse("oversight:execution-control-set"), {"action": "stop", "reason": "test"}
+            reverse("execution:execution-control-set"), {"action": "stop", "reason": "test"}
         ),
         "execution.control.stopped",
     ),

@@ -6,8 +6,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from oversight.actions.workers import record_worker_heartbeat
-from oversight.models import WorkerHeartbeat
+from execution.heartbeats import record_worker_heartbeat
+from execution.models import WorkerHeartbeat
 
 pytestmark = pytest.mark.django_db
 

@@ -9,10 +9,11 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.test import override_settings
 
-from oversight.actions import execution
-from oversight.actions.execution.work_items import complete_work_item
+from execution import actions as execution
+from execution.models import WorkItem
+from execution.work_items import complete_work_item
 from oversight.actions.gates import DecisionInput, decide_gate
-from oversight.models import Gate, GateStatus, WorkItem
+from oversight.models import Gate, GateStatus
 from planning.actions import materialise_plan, submit_case
 from planning.models import Case, NodeStatus, PlanNode
 from tests.fakes.openai_server import FakeOpenAIServer, RecordedRequest

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from audit.chain import case_chain, verify_chain
 from audit.models import AuditEvent
-from oversight.goal_judge import ask_judge
+from execution.goal_judge import ask_judge
 from planning.actions import Outcome, materialise_plan, submit_case
 from planning.budgets import LedgerBudgets, LedgerGuard, guard_for
 from planning.core.llm.budget import (
@@ -47,9 +47,9 @@ from planning.models import (
 )
 from tests import personas
 from tests.cases import planned_invoice_case
+from tests.execution.test_execution import run_ready
+from tests.execution.test_llm_runner import FINDINGS, approved_case, calls, notes_pack, review
 from tests.fakes.openai_server import FakeOpenAIServer, FakeReply
-from tests.oversight.test_execution import run_ready
-from tests.oversight.test_llm_runner import FINDINGS, approved_case, calls, notes_pack, review
 from tests.planning.llm_scripts import fraud_plan_responder
 from web.env import ConfigError, env_decimal
 
@@ -628,7 +628,7 @@ def test_admins_see_todays_usage_against_the_budgets_on_the_execution_control_pa
 
     client = Client()
     client.force_login(admin_user)
-    page = reverse("oversight:execution-control")
+    page = reverse("execution:execution-control")
     assert "No LLM budget is set" in client.get(page).content.decode()
     settings.CASEHUB_LLM_DAY_MAX_CALLS = 100
     settings.CASEHUB_LLM_CASE_MAX_COST_USD = Decimal("0.50")
@@ -654,7 +654,7 @@ def test_the_case_page_shows_the_cases_llm_use_against_its_budget(settings: Any)
     case = planned_invoice_case(personas.analyst())
     client = Client()
     client.force_login(case.submitter)
-    page = reverse("oversight:case-execution", args=[case.pk])
+    page = reverse("execution:case-execution", args=[case.pk])
     assert b"data-llm-budget" not in client.get(page).content  # no per-case budget: nothing
     settings.CASEHUB_LLM_CASE_MAX_CALLS = 20
     settings.CASEHUB_LLM_CASE_MAX_COST_USD = Decimal("0.50")

@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from oversight.actions import execution
+from execution import actions as execution
 from oversight.actions.edits import edit_plan
 from oversight.actions.gates import DecisionInput, decide_gate
 from oversight.models import Gate, GateKind, GateStatus

@@ -1,0 +1,48 @@
+"""Admin registrations of execution's models: workers' heartbeats and agents' trust scores,
+both read only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from execution.actions import effective_trust
+from execution.models import TrustScore, WorkerHeartbeat
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(WorkerHeartbeat)
+class WorkerHeartbeatAdmin(ReadOnlyAdmin):
+    list_display = ("hostname", "pid", "started_at", "last_seen")
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("oversight.configure")
+
+
+@admin.register(TrustScore)
+class TrustScoreAdmin(ReadOnlyAdmin):
+    """Learned trust per agent and capability, read only: outcomes of runs write it."""
+
+    list_display = ("agent", "capability", "successes", "failures", "current_trust", "updated_at")
+    list_filter = ("agent",)
+    list_select_related = ("agent",)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("oversight.configure")
+
+    @admin.display(description="current trust")
+    def current_trust(self, score: TrustScore) -> str:
+        # The trust routing uses now: the agent's prior and this capability's decayed evidence.
+        return f"{effective_trust(score.agent, [score.capability]):.3f}"

@@ -1,0 +1,13 @@
+from django.apps import AppConfig
+
+
+class ExecutionConfig(AppConfig):
+    name = "execution"
+    verbose_name = "Execution"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from execution import checks, gauges  # noqa: F401 (checks registers itself)
+        from observability import collector
+
+        collector.register_database_readers(gauges.heartbeats, gauges.open_leaves)

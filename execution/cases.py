@@ -1,0 +1,209 @@
+"""A case's end (goal-level verification decides) and its cancellation."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+
+from audit.chain import append_event, case_chain
+from execution import dispatch
+from execution.common import (
+    LEAF,
+    OPEN_LEAF_STATUSES,
+    RUNNING_CASE_STATUSES,
+    CaseNotRunning,
+)
+from execution.models import WorkItem
+from oversight import notify
+from oversight.models import OPEN_GATE_STATUSES, Gate
+from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
+
+logger = logging.getLogger(__name__)
+
+# Ending the case -------------------------------------------------------------------------------
+
+
+def finish_if_done(case: Case) -> str | None:
+    """End the case once none of its current leaves is open: goal-level verification decides.
+
+    Where an LLM goal judge is configured and the rules hold, the case does not end here: it is
+    `verifying` and the judge task is sent on commit (`judging`), so no model is called while
+    the case row is locked. Returns the new status, or None while leaves remain. Call with the
+    case row locked.
+    """
+    if case.status not in RUNNING_CASE_STATUSES or case.current_version_id is None:
+        return None
+    version_id = case.current_version_id
+    if PlanNode.objects.filter(
+        version_id=version_id, kind=LEAF, status__in=OPEN_LEAF_STATUSES
+    ).exists():
+        return None
+    if Gate.objects.filter(version_id=version_id, status__in=OPEN_GATE_STATUSES).exists():
+        return None
+    from execution.runners import verify_goal
+
+    verdict = verify_goal(case)
+    if verdict.passed and verdict.judge:
+        _await_judge(case, checks=verdict.checks, judge=verdict.judge)
+        return case.status
+    _end_case(
+        case,
+        CaseStatus.COMPLETED if verdict.passed else CaseStatus.FAILED,
+        reasons=list(verdict.reasons),
+        checks=list(verdict.checks),
+    )
+    return case.status
+
+
+def _await_judge(case: Case, *, checks: Sequence[str], judge: str) -> None:
+    """Record that every leaf ended and the rules hold: the case waits for the goal judge."""
+    from execution.judging import task_time_limit_s
+
+    before = case.status
+    case.status = CaseStatus.VERIFYING
+    case.judge_lease_until = None
+    # No "passed" yet: the rules' checks and the judge to ask, kept for the verdict.
+    case.verification = {"checks": list(checks), "judge": judge}
+    case.save(update_fields=["status", "judge_lease_until", "verification", "updated_at"])
+    append_event(
+        "planning.case.verifying",
+        chain=case_chain(case.pk),
+        data={
+            "case": case.pk,
+            "judge": judge,
+            "checks": list(checks),
+            "before": {"status": before},
+            "after": {"status": case.status},
+        },
+    )
+    dispatch.enqueue_goal_judge(case.pk, time_limit_s=task_time_limit_s())
+
+
+# The event of each way a case ends (codes spelt out for tests/audit).
+_ENDED: Mapping[str, str] = {
+    CaseStatus.COMPLETED: "planning.case.completed",
+    CaseStatus.FAILED: "planning.case.failed",
+}
+
+
+def _end_case(
+    case: Case, status: str, *, reasons: Sequence[str], checks: Sequence[str] = ()
+) -> None:
+    before = case.status
+    now = timezone.now()
+    case.status = status
+    case.finished_at = now
+    case.verification = {
+        "passed": status == CaseStatus.COMPLETED,
+        "reasons": list(reasons),
+        "checks": list(checks),
+    }
+    case.save(update_fields=["status", "finished_at", "verification", "updated_at"])
+    if case.current_version_id is not None:
+        cancel_open_leaves(case.current_version_id)
+        from oversight.actions.gates import void_open_gates
+
+        void_open_gates(
+            PlanVersion.objects.get(pk=case.current_version_id), why=f"the case is {status}"
+        )
+    append_event(
+        _ENDED[status],
+        chain=case_chain(case.pk),
+        data={
+            "case": case.pk,
+            "before": {"status": before},
+            "after": {"status": status},
+            "verification": case.verification,
+        },
+    )
+    notify.case_finished(case)
+
+
+def cancel_open_leaves(version_id: int) -> None:
+    # A human leaf waiting for its work item has no worker to reach a safe point: it ends here.
+    waiting = WorkItem.objects.filter(
+        node__version_id=version_id, status=WorkItem.Status.OPEN
+    ).values_list("node_id", flat=True)
+    PlanNode.objects.filter(pk__in=list(waiting), status=NodeStatus.RUNNING).update(
+        status=NodeStatus.CANCELLED, finished_at=timezone.now(), lease_until=None
+    )
+    PlanNode.objects.filter(
+        version_id=version_id,
+        kind=LEAF,
+        status__in=(
+            NodeStatus.PENDING,
+            NodeStatus.AWAITING_APPROVAL,
+            NodeStatus.READY,
+            NodeStatus.RETRYING,
+        ),
+    ).update(status=NodeStatus.CANCELLED)
+    WorkItem.objects.filter(node__version_id=version_id, status=WorkItem.Status.OPEN).update(
+        status=WorkItem.Status.CANCELLED
+    )
+
+
+@transaction.atomic
+def cancel_case(*, case_id: int, user: User, reason_code: str, reason: str = "") -> Case:
+    """Cancel a case: nothing new starts, queued leaves end `cancelled`, running ones stop at
+    their next safe point (E12).
+
+    Raises CaseNotRunning (409) for a case that already ended, PermissionDenied for a user who
+    may not cancel it, and ReasonInvalid (422) without a valid `cancel` reason code.
+    """
+    from django.core.exceptions import PermissionDenied
+
+    from accounts.roles import ADMIN, OFFICER, SUPERVISOR
+    from oversight.actions.gates import check_reason
+
+    code = check_reason(reason_code, "cancel", required=True)
+    case = Case.objects.select_for_update().get(pk=case_id)
+    may = (
+        case.submitter_id == user.pk
+        or user.groups.filter(name__in=(OFFICER, SUPERVISOR, ADMIN)).exists()
+    )
+    if not may:
+        raise PermissionDenied("only the submitter, compliance officers and admins may cancel")
+    ended = (
+        CaseStatus.COMPLETED,
+        CaseStatus.FAILED,
+        CaseStatus.CANCELLED,
+        CaseStatus.REJECTED,
+        CaseStatus.PLAN_FAILED,
+    )
+    if case.status in ended:
+        raise CaseNotRunning(f"the case is already {case.status}")
+    before = case.status
+    case.status = CaseStatus.CANCELLED
+    case.finished_at = timezone.now()
+    case.save(update_fields=["status", "finished_at", "updated_at"])
+    running = 0
+    if case.current_version_id is not None:
+        running = PlanNode.objects.filter(
+            version_id=case.current_version_id, kind=LEAF, status=NodeStatus.RUNNING
+        ).count()
+        cancel_open_leaves(case.current_version_id)
+        from oversight.actions.gates import void_open_gates
+
+        void_open_gates(
+            PlanVersion.objects.get(pk=case.current_version_id),
+            why="the case was cancelled",
+            actor=user,
+        )
+    append_event(
+        "planning.case.cancelled",
+        actor=user,
+        chain=case_chain(case.pk),
+        data={
+            "case": case.pk,
+            "reason_code": code.code if code else "",
+            "reason": reason.strip(),
+            "running_leaves": running,
+            "before": {"status": before},
+            "after": {"status": case.status},
+        },
+    )
+    return case

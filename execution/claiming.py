@@ -1,0 +1,389 @@
+"""Starting a case, releasing ready leaves, and claiming one for a worker (CAS + fencing)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models import Count, Exists, Q
+from django.utils import timezone
+
+from audit.chain import append_event, case_chain
+from execution import dispatch, trust
+from execution.cases import finish_if_done
+from execution.common import (
+    LEAF,
+    RUNNING_CASE_STATUSES,
+    Claim,
+    ClaimRefused,
+    LeafStopped,
+    idempotency_key,
+    is_stopped,
+    lease_s,
+)
+from execution.models import ExecutionControl, LeafAttempt, TrustScore
+from execution.trust_actions import effective_trust
+from oversight.models import Gate, GateKind, GateStatus
+from planning.models import Agent, Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
+
+logger = logging.getLogger(__name__)
+
+
+def start_execution(case: Case, *, actor: User | None) -> list[int]:
+    """Start an approved case: it is `executing` and its ready leaves go to the workers.
+
+    Call inside the transaction that approved the plan gate (the case row locked).
+    """
+    before = case.status
+    case.status = CaseStatus.EXECUTING
+    case.save(update_fields=["status", "updated_at"])
+    append_event(
+        "planning.case.executing",
+        actor=actor,
+        chain=case_chain(case.pk),
+        data={"case": case.pk, "before": {"status": before}, "after": {"status": case.status}},
+    )
+    assert case.current_version_id is not None
+    released = release_ready(PlanVersion.objects.get(pk=case.current_version_id))
+    if not released:
+        # A re-planned version whose steps all ended already (carried over): nothing to run.
+        finish_if_done(case)
+    return released
+
+
+def release_ready(
+    version: PlanVersion,
+    *,
+    candidates: Iterable[int] | None = None,
+    case: Case | None = None,
+    announce: bool = True,
+    stopped: bool | None = None,
+) -> list[int]:
+    """Make `pending` leaves whose dependencies all succeeded `ready`, and send them on commit.
+
+    `candidates` limits the check to those leaf ids (the dependents of a leaf that just ended).
+    The candidates are locked in id order, so that of several parents ending at once exactly one
+    releases their common child (E11). `case` is the version's case when the caller holds it
+    (locked) already. The leaves made ready are audited in one event, or, `announce=False`, by
+    the caller. `stopped` is the stop switch when the caller read it already. Returns their ids.
+    """
+    case = case if case is not None else version.case
+    ready = _release(version, candidates=candidates, case=case)
+    if ready and announce:
+        append_event(
+            "execution.leaves.ready",
+            chain=case_chain(case.pk),
+            data={
+                "nodes": [n.key for n in ready],
+                "before": {"status": "pending"},
+                "after": {"status": "ready"},
+            },
+        )
+    if not (is_stopped() if stopped is None else stopped):
+        for node in ready:
+            dispatch.enqueue_leaf(node.pk)
+    return [n.pk for n in ready]
+
+
+def _release(
+    version: PlanVersion, *, candidates: Iterable[int] | None, case: Case
+) -> list[PlanNode]:
+    """Make the candidates whose dependencies all succeeded `ready` (locked, in id order)."""
+    if case.status not in RUNNING_CASE_STATUSES or case.current_version_id != version.pk:
+        return []
+    query = PlanNode.objects.filter(version=version, kind=LEAF, status=NodeStatus.PENDING)
+    if candidates is not None:
+        query = query.filter(pk__in=list(candidates))
+    pending = list(query.select_for_update().order_by("pk"))
+    if not pending:
+        return []
+    # Only the statuses of the leaves the candidates wait for (the unique (version, key) index),
+    # not the whole plan's: a completion costs the same in a plan of 10 leaves or of 1,000.
+    waited_for = {dep for node in pending for dep in node.depends_on}
+    statuses = dict(
+        PlanNode.objects.filter(version=version, kind=LEAF, key__in=waited_for).values_list(
+            "key", "status"
+        )
+    )
+    ready = [
+        node
+        for node in pending
+        if all(statuses.get(dep) == NodeStatus.SUCCEEDED for dep in node.depends_on)
+    ]
+    if not ready:
+        return []
+    now = timezone.now()
+    # The candidates are locked above: one statement moves them all.
+    PlanNode.objects.filter(pk__in=[n.pk for n in ready], status=NodeStatus.PENDING).update(
+        status=NodeStatus.READY, enqueued_at=now
+    )
+    for node in ready:
+        node.version = version
+        node.status, node.enqueued_at = NodeStatus.READY, now
+    return ready
+
+
+# Claiming ---------------------------------------------------------------------------------
+
+
+def _approval_problem(node: PlanNode, case: Case, now: datetime) -> str | None:
+    """Return why the leaf's approvals do not allow it to run now, or None when they do."""
+    if case.current_version_id != node.version_id:
+        return f"plan version {node.version.number} is no longer the case's current version"
+    gates = list(
+        Gate.objects.filter(version=node.version).filter(
+            Q(kind=GateKind.PLAN) | Q(kind=GateKind.STEP, node=node)
+        )
+    )
+    plan = [g for g in gates if g.kind == GateKind.PLAN]
+    if not plan or plan[0].status != GateStatus.APPROVED:
+        return "the plan gate is not approved"
+    if plan[0].content_hash != node.version.content_hash:
+        return "the plan changed after its approval"
+    # The step's live gate: an approval that expired was replaced by a newer gate.
+    steps = sorted((g for g in gates if g.kind == GateKind.STEP), key=lambda g: g.pk)
+    for gate in steps[-1:]:
+        if gate.status != GateStatus.APPROVED:
+            return f"the step gate is {gate.status}"
+        if gate.content_hash != node.content_hash:
+            return "the step changed after its approval (content hash differs)"
+        if gate.approval_expires_at is not None and gate.approval_expires_at <= now:
+            return f"the step's approval expired at {gate.approval_expires_at.isoformat()}"
+    return None
+
+
+def _agent_and_scores(slug: str) -> tuple[Agent | None, list[TrustScore]]:
+    """Return the agent with its trust scores, in one query when it has scores."""
+    scores = list(TrustScore.objects.filter(agent__slug=slug).select_related("agent"))
+    if scores:
+        return scores[0].agent, scores
+    return Agent.objects.filter(slug=slug).first(), []
+
+
+def _routing(node: PlanNode, planned: Agent | None, scores: list[TrustScore]) -> trust.Routing:
+    """Check who should run the leaf: the planned agent while it is trusted enough.
+
+    The planned agent's own trust is read first; the other candidates (and their load) only
+    when it is not trusted enough or not available.
+    """
+    from oversight.actions.gates import active_policy
+
+    _, policy = active_policy()
+    threshold = policy.trust_threshold
+    capabilities = list(planned.capabilities) if planned is not None else []
+    if planned is not None and planned.enabled:
+        mine = effective_trust(planned, capabilities, scores)
+        if mine >= threshold:
+            return trust.route(
+                node.agent, [trust.Candidate(agent=planned.slug, trust=mine)], threshold=threshold
+            )
+    able = Agent.objects.filter(enabled=True).prefetch_related("scores")
+    if planned is not None:
+        able = able.filter(kind=planned.kind)
+    running = dict(
+        PlanNode.objects.filter(status=NodeStatus.RUNNING)
+        .values("agent")
+        .annotate(n=Count("pk"))
+        .values_list("agent", "n")
+    )
+    candidates = []
+    for agent in able:
+        if capabilities and not set(capabilities) & set(agent.capabilities):
+            continue
+        if node.tool and node.tool not in agent.tools:
+            continue
+        candidates.append(
+            trust.Candidate(
+                agent=agent.slug,
+                trust=effective_trust(agent, capabilities, list(agent.scores.all())),
+                load=running.get(agent.slug, 0),
+            )
+        )
+    return trust.route(node.agent, candidates, threshold=threshold)
+
+
+def claim_leaf(node_id: int, *, worker: str = "") -> Claim:
+    """Claim a ready leaf for `worker`: `ready → running`, attempt + 1, a lease.
+
+    Raises ClaimRefused when the leaf is not ready (already claimed: a duplicate message), when
+    the case does not run, when execution is stopped, or when its approvals no longer hold (the
+    leaf then waits for a new approval, audited: O4, O5).
+    """
+    with transaction.atomic():
+        claim = _claim(node_id, worker)
+    if isinstance(claim, str):
+        # The refusal's own changes (the leaf waits for a new approval) are committed above.
+        raise ClaimRefused(claim)
+    return claim
+
+
+def _claim(node_id: int, worker: str) -> Claim | str:
+    # A leaf another transaction holds is being claimed, released or recovered by it, and that
+    # one sends or runs it: this message is not waited for (SKIP LOCKED) but refused.
+    node = (
+        PlanNode.objects.select_for_update(of=("self",), skip_locked=True)
+        .select_related("version", "version__case")
+        .annotate(stopped=Exists(ExecutionControl.objects.filter(pk=1, stopped=True)))
+        .filter(pk=node_id, kind=LEAF)
+        .first()
+    )
+    if node is None:
+        if PlanNode.objects.filter(pk=node_id, kind=LEAF).exists():
+            raise ClaimRefused("the leaf is held by another transaction")
+        raise ClaimRefused("no such leaf")
+    if node.status != NodeStatus.READY:
+        raise ClaimRefused(f"the leaf is {node.status}")
+    case = node.version.case
+    if case.status not in RUNNING_CASE_STATUSES:
+        raise ClaimRefused(f"the case is {case.status}")
+    if node.stopped:
+        raise ClaimRefused("execution is stopped")
+    taken = _take(node, case, worker)
+    if isinstance(taken, str):
+        return taken
+    if case.status == CaseStatus.APPROVED:
+        case.status = CaseStatus.EXECUTING
+        case.save(update_fields=["status", "updated_at"])
+    append_event(
+        "execution.leaf.claimed",
+        actor=node.agent or None,
+        chain=case_chain(case.pk),
+        data=_claim_data(taken, worker),
+    )
+    return taken
+
+
+def _claim_data(claim: Claim, worker: str) -> dict[str, Any]:
+    return {
+        "node": claim.key,
+        "attempt": claim.attempt,
+        "worker": worker,
+        "lease_until": claim.lease_until.isoformat(),
+        "before": {"status": "ready"},
+        "after": {"status": "running"},
+    }
+
+
+def _take(node: PlanNode, case: Case, worker: str) -> Claim | str:
+    """Claim a locked `ready` leaf of a running case: approvals, routing, then `running`.
+
+    Returns the claim, or why the leaf may not run now (its state, waiting for a new approval
+    or an escalation, is changed and audited in the caller's transaction). The caller audits
+    the claim itself: in an event of its own, or in the completion that handed it over.
+    """
+    now = timezone.now()
+    if (why := _approval_problem(node, case, now)) is not None:
+        _refuse_for_approval(node, case, why)
+        return why
+    planned, scores = _agent_and_scores(node.agent)
+    routing = _routing(node, planned, scores)
+    objects = routing.escalate or routing.agent != node.agent
+    # An approved escalation overrules the routing; it is only looked for when routing objects.
+    if objects and not _overruled(node):
+        PlanNode.objects.filter(pk=node.pk).update(
+            status=NodeStatus.AWAITING_APPROVAL, routing=routing.as_data()
+        )
+        append_event(
+            "execution.leaf.routing_escalated",
+            chain=case_chain(case.pk),
+            data={"node": node.key, "routing": routing.as_data()},
+        )
+        from oversight.actions.gates import open_escalation_gate
+
+        open_escalation_gate(
+            node.version,
+            node,
+            reason=f"routing of step {node.key}: {routing.rationale}; approve to run it with "
+            f"{node.agent} as planned, or edit the plan",
+        )
+        return routing.rationale
+    attempt = node.attempts + 1
+    lease_until = now + timedelta(seconds=lease_s())
+    PlanNode.objects.filter(pk=node.pk).update(
+        status=NodeStatus.RUNNING,
+        attempts=attempt,
+        lease_until=lease_until,
+        started_at=now,
+        finished_at=None,
+        routing=routing.as_data(),
+    )
+    LeafAttempt.objects.create(node=node, number=attempt, worker=worker[:255], started_at=now)
+    return Claim(
+        node_id=node.pk,
+        case_id=case.pk,
+        key=node.key,
+        attempt=attempt,
+        agent=node.agent,
+        kind=(planned.kind if planned is not None else "") or "",
+        idempotency_key=idempotency_key(node),
+        lease_until=lease_until,
+        node=node,
+        agent_row=planned,
+    )
+
+
+def _overruled(node: PlanNode) -> bool:
+    return Gate.objects.filter(
+        version=node.version, node=node, kind=GateKind.ESCALATION, status=GateStatus.APPROVED
+    ).exists()
+
+
+def _refuse_for_approval(node: PlanNode, case: Case, why: str) -> None:
+    """Put a leaf whose approval no longer holds back to waiting, and ask for a new approval."""
+    chain = case_chain(case.pk)
+    append_event(
+        "execution.leaf.claim_refused",
+        chain=chain,
+        data={"node": node.key, "why": why, "before": {"status": node.status}},
+    )
+    if node.version_id != case.current_version_id:
+        # A replaced version's leaf never runs; the current version has leaves of its own.
+        PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.CANCELLED)
+        return
+    PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.AWAITING_APPROVAL)
+    step = (
+        Gate.objects.filter(version=node.version, node=node, kind=GateKind.STEP)
+        .order_by("-pk")
+        .first()
+    )
+    if step is not None and step.status == GateStatus.APPROVED:
+        from oversight.actions.gates import reopen_step_gate
+
+        reopen_step_gate(step, why=why)
+
+
+def lease_holds(node_id: int, attempt: int) -> bool:
+    """Tell whether `attempt` still holds the leaf (for a worker about to act)."""
+    return PlanNode.objects.filter(pk=node_id, attempts=attempt, status=NodeStatus.RUNNING).exists()
+
+
+def renew_lease(node_id: int, attempt: int) -> bool:
+    """Extend the lease of a running attempt; False when the attempt lost the leaf."""
+    until = timezone.now() + timedelta(seconds=lease_s())
+    return bool(
+        PlanNode.objects.filter(pk=node_id, attempts=attempt, status=NodeStatus.RUNNING).update(
+            lease_until=until
+        )
+    )
+
+
+def check_safe_point(claim: Claim) -> None:
+    """Raise LeafStopped when the leaf must not go on (cancelled case, global stop, lost lease)."""
+    row = (
+        PlanNode.objects.filter(pk=claim.node_id)
+        .values_list("status", "attempts", "version__case__status")
+        .first()
+    )
+    if row is None:
+        raise LeafStopped("the leaf is gone", cancelled=True)
+    status, attempts, case_status = row
+    if case_status not in RUNNING_CASE_STATUSES:
+        raise LeafStopped(f"the case is {case_status}", cancelled=True)
+    if status != NodeStatus.RUNNING or attempts != claim.attempt:
+        raise LeafStopped("this attempt no longer holds the leaf", cancelled=False)
+    if is_stopped():
+        raise LeafStopped("execution is stopped", cancelled=False)

@@ -1,0 +1,432 @@
+"""Ending an attempt: completion (with the worker's next claim), failure policies, stops."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import connection, transaction
+from django.db.models import Exists
+from django.utils import timezone
+
+from audit.chain import append_event, case_chain
+from execution import dispatch
+from execution.cases import _end_case, finish_if_done
+from execution.claiming import _claim_data, _release, _take, release_ready
+from execution.common import (
+    LEAF,
+    OPEN_LEAF_STATUSES,
+    RUNNING_CASE_STATUSES,
+    Claim,
+    Ended,
+    ErrorClass,
+    StaleResult,
+    max_attempts,
+    retry_delay_s,
+)
+from execution.models import ExecutionControl, LeafAttempt
+from execution.trust_actions import record_outcome
+from oversight.models import OPEN_GATE_STATUSES, Gate
+from planning.models import Case, CaseStatus, NodeStatus, PlanNode
+
+logger = logging.getLogger(__name__)
+
+# Ending ----------------------------------------------------------------------------------------
+
+
+def _locked_attempt(node_id: int, attempt: int, *, share: bool = False) -> tuple[PlanNode, Case]:
+    """Lock a running attempt's leaf and its case; raise StaleResult when it lost the leaf.
+
+    `share` takes the case row FOR SHARE rather than FOR UPDATE: completions of one case then run
+    side by side (a cancel or an edit still waits for them, and they for it).
+    """
+    node = (
+        PlanNode.objects.select_for_update(of=("self",))
+        .select_related("version")
+        .annotate(stopped=Exists(ExecutionControl.objects.filter(pk=1, stopped=True)))
+        .get(pk=node_id)
+    )
+    if share:
+        case = _share_locked_case(node.version.case_id)
+    else:
+        case = Case.objects.select_for_update().get(pk=node.version.case_id)
+    if node.status != NodeStatus.RUNNING or node.attempts != attempt:
+        raise StaleResult(
+            f"attempt {attempt} of {node.key} is stale: the leaf is {node.status} "
+            f"at attempt {node.attempts}",
+            node=node,
+            attempt=attempt,
+        )
+    return node, case
+
+
+def _share_locked_case(case_id: int) -> Case:
+    """Return the case, its row locked FOR SHARE (Django's select_for_update has no such mode)."""
+    query = Case.objects.filter(pk=case_id)
+    if not connection.features.has_select_for_update:
+        return query.get()  # SQLite: one writer at a time anyway
+    sql, params = query.query.sql_with_params()
+    return Case.objects.raw(f"{sql} FOR SHARE", params)[0]
+
+
+@transaction.atomic
+def record_stale(exc: StaleResult) -> None:
+    """Record a refused result in a transaction of its own (the refusing one rolled back)."""
+    node = exc.node
+    LeafAttempt.objects.filter(node=node, number=exc.attempt, outcome="running").update(
+        outcome=LeafAttempt.Outcome.STALE, finished_at=timezone.now()
+    )
+    append_event(
+        "execution.leaf.result_refused",
+        chain=case_chain(node.version.case_id),
+        data={
+            "node": node.key,
+            "attempt": exc.attempt,
+            "holder": node.attempts,
+            "status": node.status,
+            "why": "stale attempt (fencing)",
+        },
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _dependents_by_key(version_id: int, stored_at: datetime) -> Mapping[str, tuple[int, ...]]:
+    """Return, for one plan version, the ids of the leaves waiting for each leaf key.
+
+    Read once per version and worker process: a stored version's DAG never changes (an edit
+    stores a new version), so the whole plan is not read again at every completion.
+    """
+    found: dict[str, list[int]] = {}
+    rows = PlanNode.objects.filter(version_id=version_id, kind=LEAF).values_list("pk", "depends_on")
+    for pk, deps in rows:
+        for dep in deps:
+            found.setdefault(dep, []).append(pk)
+    return {key: tuple(pks) for key, pks in found.items()}
+
+
+@functools.lru_cache(maxsize=256)
+def _leaf_keys(version_id: int, stored_at: datetime) -> Mapping[int, str]:
+    """Return the keys of one plan version's leaves by id (a stored version never changes).
+
+    Cached by id and time of storing: an id a restored database hands out again is another key.
+    """
+    return dict(PlanNode.objects.filter(version_id=version_id, kind=LEAF).values_list("pk", "key"))
+
+
+def _dependents(node: PlanNode) -> list[int]:
+    return list(_dependents_by_key(node.version_id, node.version.created_at).get(node.key, ()))
+
+
+def _end_attempt(node: PlanNode, attempt: int, outcome: str, **fields: str) -> None:
+    LeafAttempt.objects.filter(node=node, number=attempt).update(
+        outcome=outcome, finished_at=timezone.now(), **fields
+    )
+
+
+def complete_leaf(
+    node_id: int,
+    attempt: int,
+    output: Mapping[str, Any],
+    *,
+    kind: str = "tool",
+    keep: int = 0,
+    worker: str = "",
+) -> Ended:
+    """Record a leaf's output: it `succeeded`, trust learns, dependents may become ready.
+
+    On a case cancelled meanwhile, a tool's effect that already happened is recorded and the
+    leaf ends `succeeded` flagged as finished after the cancel; an LLM's or a person's result is
+    not committed (the leaf ends `cancelled`). Raises StaleResult for a stale attempt.
+    """
+    try:
+        return _complete(node_id, attempt, output, kind=kind, keep=keep, worker=worker)
+    except StaleResult as exc:
+        record_stale(exc)
+        raise
+
+
+def _complete(
+    node_id: int, attempt: int, output: Mapping[str, Any], *, kind: str, keep: int, worker: str
+) -> Ended:
+    with transaction.atomic():
+        node, case = _locked_attempt(node_id, attempt, share=True)
+        now = timezone.now()
+        chain = case_chain(case.pk)
+        cancelled = case.status not in RUNNING_CASE_STATUSES
+        if cancelled and kind != "tool":
+            PlanNode.objects.filter(pk=node.pk).update(
+                status=NodeStatus.CANCELLED, finished_at=now, lease_until=None
+            )
+            _end_attempt(node, attempt, LeafAttempt.Outcome.CANCELLED)
+            append_event(
+                "execution.leaf.cancelled",
+                actor=node.agent or None,
+                chain=chain,
+                data={"node": node.key, "attempt": attempt, "why": f"the case is {case.status}"},
+            )
+            finish_if_done(case)
+            return Ended(node_id=node.pk, status=NodeStatus.CANCELLED)
+        PlanNode.objects.filter(pk=node.pk).update(
+            status=NodeStatus.SUCCEEDED,
+            output=dict(output),
+            finished_at=now,
+            lease_until=None,
+            error="",
+            error_class="",
+            finished_after_cancel=cancelled,
+        )
+        _end_attempt(node, attempt, LeafAttempt.Outcome.SUCCEEDED)
+        stopped = bool(node.stopped)  # type: ignore[attr-defined]
+        ready = [] if cancelled else _release(node.version, candidates=_dependents(node), case=case)
+        released = [n.key for n in ready]
+        claimed = (
+            _claim_next(node, case, ready[:keep], worker)
+            if keep and not cancelled and not stopped and case.status == CaseStatus.EXECUTING
+            else None
+        )
+        if not stopped:
+            for other in ready:
+                if claimed is None or other.pk != claimed.node_id:
+                    dispatch.enqueue_leaf(other.pk)
+        # The rows every completion of the case shares (the agent's trust, the chain head) are
+        # locked last, so completions run side by side until there.
+        record_outcome(node.agent, "succeeded", now=now)
+        data: dict[str, Any] = {
+            "node": node.key,
+            "attempt": attempt,
+            "output": dict(output),
+            "finished_after_cancel": cancelled,
+            "released": sorted(released),
+            "before": {"status": "running"},
+            "after": {"status": "succeeded"},
+        }
+        if claimed is not None:
+            # This worker runs it next: its claim is audited here, not in an event of its own.
+            data["claimed"] = _claim_data(claimed, worker)
+        append_event("execution.leaf.succeeded", actor=node.agent or None, chain=chain, data=data)
+        # The chain head is held from here to the commit: a completion that ends after this one
+        # waits for it and sees it, so the last one to end sees nothing open and ends the case.
+        # Its case row lock goes from SHARE to UPDATE then; no other completion of the version
+        # can hold it (none has a leaf open). One of a replaced version's leaves might, and
+        # wait for the chain head: the database breaks that deadlock and the retry redoes it.
+        if claimed is None and not ready and not _open_work(case):
+            finish_if_done(case)
+        return Ended(
+            node_id=node.pk,
+            status=NodeStatus.SUCCEEDED,
+            ready=tuple(n.pk for n in ready),
+            claimed=claimed,
+        )
+
+
+def _claim_next(node: PlanNode, case: Case, kept: Sequence[PlanNode], worker: str) -> Claim | None:
+    """Claim, in a completing transaction, the leaf this worker runs next.
+
+    The first leaf the completion released (locked already), or else another ready leaf of the
+    same version no other transaction holds (SKIP LOCKED; its queued message then finds it taken).
+    """
+    nxt = (
+        kept[0]
+        if kept
+        else PlanNode.objects.select_for_update(of=("self",), skip_locked=True)
+        .filter(version_id=node.version_id, kind=LEAF, status=NodeStatus.READY)
+        .order_by("position")  # the plan's order, as start_execution sends them
+        .first()
+    )
+    if nxt is None:
+        return None
+    nxt.version = node.version
+    taken = _take(nxt, case, worker)
+    return taken if isinstance(taken, Claim) else None
+
+
+def _open_work(case: Case) -> bool:
+    """Tell whether the case's current version still has an open leaf or an open gate."""
+    version_id = case.current_version_id
+    return (
+        PlanNode.objects.filter(
+            version_id=version_id, kind=LEAF, status__in=OPEN_LEAF_STATUSES
+        ).exists()
+        or Gate.objects.filter(version_id=version_id, status__in=OPEN_GATE_STATUSES).exists()
+    )
+
+
+def fail_leaf(node_id: int, attempt: int, *, error_class: str, error: str) -> Ended:
+    """Record a failed attempt and apply the leaf's failure policy.
+
+    `retry` retries transient errors with exponential backoff and jitter up to the maximum
+    attempts; `continue` fails the leaf and blocks its dependents; `abort` fails the case;
+    `escalate` (and `retry` or `replan` out of options) opens an escalation gate for a person.
+    Raises StaleResult for a stale attempt.
+    """
+    try:
+        with transaction.atomic():
+            node, case = _locked_attempt(node_id, attempt)
+            return _apply_failure(node, case, attempt, error_class=error_class, error=error)
+    except StaleResult as exc:
+        record_stale(exc)
+        raise
+
+
+def _apply_failure(
+    node: PlanNode, case: Case, attempt: int, *, error_class: str, error: str
+) -> Ended:
+    now = timezone.now()
+    chain = case_chain(case.pk)
+    error = error[:4000]
+    _end_attempt(node, attempt, LeafAttempt.Outcome.FAILED, error_class=error_class, error=error)
+    record_outcome(node.agent, "failed", now=now)
+    policy = node.failure_policy or "abort"
+    append_event(
+        "execution.leaf.attempt_failed",
+        actor=node.agent or None,
+        chain=chain,
+        data={
+            "node": node.key,
+            "attempt": attempt,
+            "error_class": error_class,
+            "error": error,
+            "failure_policy": policy,
+        },
+    )
+    if case.status not in RUNNING_CASE_STATUSES:
+        PlanNode.objects.filter(pk=node.pk).update(
+            status=NodeStatus.CANCELLED, finished_at=now, lease_until=None, error=error,
+            error_class=error_class,
+        )  # fmt: skip
+        return Ended(node_id=node.pk, status=NodeStatus.CANCELLED)
+    if policy == "retry" and error_class == ErrorClass.TRANSIENT and attempt < max_attempts():
+        delay = retry_delay_s(attempt)
+        at = now + timedelta(seconds=delay)
+        PlanNode.objects.filter(pk=node.pk).update(
+            status=NodeStatus.RETRYING, next_attempt_at=at, lease_until=None, error=error,
+            error_class=error_class,
+        )  # fmt: skip
+        append_event(
+            "execution.leaf.retrying",
+            chain=chain,
+            data={"node": node.key, "attempt": attempt, "retry_in_s": round(delay, 3)},
+        )
+        transaction.on_commit(lambda: _send_retry(node.pk, delay), robust=True)
+        return Ended(node_id=node.pk, status=NodeStatus.RETRYING)
+    PlanNode.objects.filter(pk=node.pk).update(
+        error=error, error_class=error_class, finished_at=now, lease_until=None
+    )
+    why = f"{node.key} failed ({error_class}): {error}"
+    if policy == "continue":
+        fail_and_block(node, why=why, actor=None)
+    elif policy == "abort":
+        fail_and_block(node, why=why, actor=None)
+        _end_case(case, CaseStatus.FAILED, reasons=[f"step {why}; failure policy abort"])
+        return Ended(node_id=node.pk, status=NodeStatus.FAILED)
+    elif policy == "replan" and _replan(node, case, why):
+        return Ended(node_id=node.pk, status=NodeStatus.FAILED)
+    else:
+        PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.AWAITING_APPROVAL)
+        from oversight.actions.gates import open_escalation_gate
+
+        open_escalation_gate(
+            node.version,
+            node,
+            reason=f"step {why}; failure policy {policy}: approve to run it again, "
+            "reject to fail it",
+        )
+        return Ended(node_id=node.pk, status=NodeStatus.AWAITING_APPROVAL)
+    finish_if_done(case)
+    return Ended(node_id=node.pk, status=NodeStatus.FAILED)
+
+
+def _send_retry(node_id: int, delay: float) -> None:
+    dispatch.send_leaf(node_id, countdown=delay)
+
+
+def _replan(node: PlanNode, case: Case, why: str) -> bool:
+    """Hand a failed leaf to re-planning; False when its case cannot be re-planned."""
+    hooks = getattr(settings, "CASEHUB_REPLAN_HOOK", None)
+    if not hooks:
+        return False
+    from django.utils.module_loading import import_string
+
+    return bool(import_string(hooks)(node=node, case=case, why=why))
+
+
+def fail_and_block(node: PlanNode, *, why: str, actor: User | None) -> list[str]:
+    """Fail a leaf and block every leaf downstream of it; return the blocked keys."""
+    PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.FAILED)
+    depends = dict(
+        PlanNode.objects.filter(version_id=node.version_id, kind=LEAF).values_list(
+            "key", "depends_on"
+        )
+    )
+    blocked: set[str] = set()
+    frontier = {node.key}
+    while frontier:
+        frontier = {k for k, deps in depends.items() if set(deps) & frontier} - blocked
+        blocked |= frontier
+    PlanNode.objects.filter(
+        version_id=node.version_id, key__in=blocked, status__in=OPEN_LEAF_STATUSES
+    ).exclude(status=NodeStatus.RUNNING).update(status=NodeStatus.BLOCKED)
+    append_event(
+        "execution.leaf.failed",
+        actor=actor,
+        chain=case_chain(node.version.case_id),
+        data={"node": node.key, "why": why, "blocked": sorted(blocked)},
+    )
+    return sorted(blocked)
+
+
+def stop_at_safe_point(claim: Claim, *, why: str, cancelled: bool) -> Ended:
+    """End an attempt that stopped at a safe point: `cancelled`, or `ready` again after a stop."""
+    with transaction.atomic():
+        try:
+            node, case = _locked_attempt(claim.node_id, claim.attempt)
+        except StaleResult:
+            # Its result is not refused: it has none. The new holder carries on.
+            return Ended(node_id=claim.node_id, status="stale")
+        now = timezone.now()
+        if cancelled or case.status not in RUNNING_CASE_STATUSES:
+            status = NodeStatus.CANCELLED
+            PlanNode.objects.filter(pk=node.pk).update(
+                status=status, finished_at=now, lease_until=None
+            )
+            _end_attempt(node, claim.attempt, LeafAttempt.Outcome.CANCELLED)
+        else:
+            # Stopped before any effect: the next claim (after resume) runs it with the same key.
+            status = NodeStatus.READY
+            PlanNode.objects.filter(pk=node.pk).update(
+                status=status, lease_until=None, enqueued_at=now
+            )
+            _end_attempt(node, claim.attempt, LeafAttempt.Outcome.CANCELLED, error=why)
+        append_event(
+            "execution.leaf.stopped",
+            chain=case_chain(case.pk),
+            data={"node": node.key, "attempt": claim.attempt, "why": why, "after": status},
+        )
+        finish_if_done(case)
+        return Ended(node_id=node.pk, status=status)
+
+
+def on_step_approved(gate: Gate, *, actor: User) -> None:
+    """A step or escalation gate was approved: the leaf may run once its dependencies are done.
+
+    An escalation approved after a failure runs the leaf again (a new attempt, the same key).
+    """
+    node = gate.node
+    assert node is not None
+    PlanNode.objects.filter(pk=node.pk, status=NodeStatus.AWAITING_APPROVAL).update(
+        status=NodeStatus.PENDING, error="", error_class=""
+    )
+    release_ready(gate.version, candidates=[node.pk])
+
+
+def on_escalation_rejected(gate: Gate, *, actor: User, why: str) -> None:
+    """An escalation of a failed leaf was rejected: the leaf fails and its dependents block."""
+    node = gate.node
+    assert node is not None
+    fail_and_block(node, why=why, actor=actor)
+    finish_if_done(Case.objects.select_for_update().get(pk=gate.case_id))

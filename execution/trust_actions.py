@@ -1,0 +1,67 @@
+"""Trust learned from outcomes: read for routing, one increment per outcome (DESIGN §4)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+
+from django.db.models import F
+from django.utils import timezone
+
+from execution import trust
+from execution.models import TrustScore
+from planning.models import Agent
+
+logger = logging.getLogger(__name__)
+
+# Trust ------------------------------------------------------------------------------------------
+
+
+def effective_trust(
+    agent: Agent, capabilities: Sequence[str], rows: Sequence[TrustScore] | None = None
+) -> float:
+    """Return the agent's learned trust for `capabilities` (the lowest; the prior without data).
+
+    `rows` are the agent's scores when the caller read them already.
+    """
+    found = {s.capability: s for s in (rows if rows is not None else agent.scores.all())}
+    now = timezone.now().timestamp()
+    scores = []
+    for capability in capabilities or ["*"]:
+        row = found.get(capability)
+        evidence = (
+            trust.evidence_at(row.successes, row.failures, now)
+            if row is not None
+            else trust.Evidence()
+        )
+        scores.append(trust.score(agent.trust, evidence))
+    return min(scores)
+
+
+def record_outcome(agent_slug: str, outcome: trust.Outcome, *, now: datetime) -> None:
+    """Add an outcome to the agent's trust for each of its capabilities (caller's transaction).
+
+    One increment of the stored weighted sums, no row read or locked first: completions of
+    every case share an agent's rows, so they must not queue behind each other here.
+    """
+    if outcome not in trust.OUTCOMES:
+        raise ValueError(f"unknown outcome {outcome!r}")
+    w = trust.weight(now.timestamp())
+    column = "successes" if outcome == "succeeded" else "failures"
+    changed = TrustScore.objects.filter(agent__slug=agent_slug).update(
+        **{column: F(column) + w}, updated_at=now
+    )
+    if changed:
+        return
+    agent = Agent.objects.filter(slug=agent_slug).first()
+    if agent is None:
+        return
+    TrustScore.objects.bulk_create(
+        [
+            TrustScore(agent=agent, capability=c, successes=0.0, failures=0.0, updated_at=now)
+            for c in list(agent.capabilities) or ["*"]
+        ],
+        ignore_conflicts=True,
+    )
+    TrustScore.objects.filter(agent=agent).update(**{column: F(column) + w}, updated_at=now)

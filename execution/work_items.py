@@ -1,0 +1,237 @@
+"""Human leaves: a work item in the assignee group's inbox, completed with an output, reminded
+half-way to its deadline and escalated at it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib.auth.models import Group, User
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from audit.chain import append_event, case_chain
+from execution.common import Claim, Ended, StaleResult, WorkItemConflict
+from execution.ending import complete_leaf, record_stale
+from execution.models import WorkItem
+from oversight import notify
+from oversight.queries import work_item_groups
+from planning.models import NodeStatus, PlanNode
+
+logger = logging.getLogger(__name__)
+
+# Human leaves ---------------------------------------------------------------------------------
+
+
+def open_work_item(claim: Claim, *, group_name: str) -> WorkItem:
+    """Give a running human leaf to its group as a work item (the leaf waits for it)."""
+    from oversight.actions.gates import _group, active_policy
+
+    _, policy = active_policy()
+    with transaction.atomic():
+        node = PlanNode.objects.select_for_update(of=("self",)).get(pk=claim.node_id)
+        if node.status != NodeStatus.RUNNING or node.attempts != claim.attempt:
+            raise StaleResult(
+                f"attempt {claim.attempt} of {node.key} is stale", node=node, attempt=claim.attempt
+            )
+        now = timezone.now()
+        # The policy's gate deadline: reminded half-way, escalated to its escalation group at it.
+        item, created = WorkItem.objects.get_or_create(
+            node=node,
+            attempt=claim.attempt,
+            defaults={
+                "case_id": claim.case_id,
+                "group": _group(group_name),
+                "created_at": now,
+                "deadline": now + timedelta(hours=policy.gate_hours),
+                "remind_at": now + timedelta(hours=policy.gate_hours) / 2,
+                "escalation_group": _group(policy.escalation_group),
+            },
+        )
+        # A person takes hours, not seconds: no lease to expire while the item is open.
+        PlanNode.objects.filter(pk=node.pk).update(lease_until=None)
+        if created:
+            append_event(
+                "execution.work_item.opened",
+                chain=case_chain(claim.case_id),
+                data={"node": node.key, "work_item": item.pk, "group": group_name},
+            )
+            notify.work_item_opened(item)
+        return item
+
+
+def complete_work_item(*, item_id: int, user: User, output: Mapping[str, Any]) -> Ended:
+    """Complete an open work item of the user's group with its output; the leaf succeeds.
+
+    The item's group may complete it, and its escalation group too once it escalated. Raises
+    WorkItemConflict when the item is not open (or not for the user's groups), whatever output
+    validation raises (the runner's schema check, ValueError with the field), and StaleResult
+    when the leaf no longer waits for this item's attempt: the refusal is then recorded and the
+    item cancelled, in a transaction of their own (the completing one rolled back).
+    """
+    try:
+        return _complete_work_item(item_id=item_id, user=user, output=output)
+    except StaleResult as exc:
+        _refuse_stale(item_id, user, exc)
+        raise
+
+
+def _complete_work_item(*, item_id: int, user: User, output: Mapping[str, Any]) -> Ended:
+    from execution.runners import check_output
+
+    with transaction.atomic():
+        item = (
+            WorkItem.objects.select_for_update()
+            .select_related("node", "node__version")
+            .filter(work_item_groups(user.groups.all()), pk=item_id)
+            .first()
+        )
+        if item is None:
+            raise WorkItemConflict("no such open work item for your groups")
+        if item.status != WorkItem.Status.OPEN:
+            raise WorkItemConflict(f"the work item is {item.status}")
+        if item.case.submitter_id == user.pk:
+            raise WorkItemConflict("you submitted this case: another person must do this step")
+        checked = check_output(item.node, output)
+        item.status = WorkItem.Status.COMPLETED
+        item.completed_by = user
+        item.completed_at = timezone.now()
+        item.output = checked
+        item.save(update_fields=["status", "completed_by", "completed_at", "output"])
+        append_event(
+            "execution.work_item.completed",
+            actor=user,
+            chain=case_chain(item.case_id),
+            data={"work_item": item.pk, "node": item.node.key, "output": checked},
+        )
+        return complete_leaf(item.node_id, item.attempt, checked, kind="human")
+
+
+def _refuse_stale(item_id: int, user: User, exc: StaleResult) -> None:
+    """Record a person's refused result and close the item no attempt waits for any more.
+
+    complete_leaf recorded the refusal already, but inside the completing transaction, which
+    the StaleResult rolled back: it is recorded again here, after that rollback.
+    """
+    with transaction.atomic():
+        # The item's row before the chain head, in the order of a completion.
+        cancelled = WorkItem.objects.filter(pk=item_id, status=WorkItem.Status.OPEN).update(
+            status=WorkItem.Status.CANCELLED
+        )
+        record_stale(exc)
+        append_event(
+            "execution.work_item.refused",
+            actor=user,
+            chain=case_chain(exc.node.version.case_id),
+            data={
+                "work_item": item_id,
+                "node": exc.node.key,
+                "attempt": exc.attempt,
+                "why": f"the step no longer waits for this work item: {exc}",
+                "cancelled": bool(cancelled),
+            },
+        )
+
+
+# Deadlines -----------------------------------------------------------------------------------
+
+# Only items a running attempt still waits for are swept (a stale one is closed when tried).
+_LIVE = Q(status=WorkItem.Status.OPEN, node__status=NodeStatus.RUNNING, node__attempts=F("attempt"))
+_SWEEP_BATCH = 500
+
+
+def _item_data(item: WorkItem, now: datetime) -> dict[str, Any]:
+    return {
+        "work_item": item.pk,
+        "node": item.node.key,
+        "attempt": item.attempt,
+        "group": item.group.name,
+        "deadline": item.deadline.isoformat(),
+        "time": now.isoformat(),
+    }
+
+
+def _sweep_step(
+    query: Q,
+    changes: Callable[[WorkItem], dict[str, Any]],
+    action: str,
+    tell: Callable[[WorkItem], None],
+    now: datetime,
+) -> int:
+    """Apply one deadline step to each due work item once, even with two schedulers at once.
+
+    Each item is a transaction of its own holding the change, its audit event and the notices.
+    The event is appended first, so the sweep waits for the case's chain head holding no other
+    lock, and only then takes the item's row, SKIP LOCKED and only if still due: it never waits
+    for a row while holding one, so a completion, a cancel or a failing step of the case (which
+    take the item and the head in either order) cannot deadlock with it. An item another sweeper
+    did, or that is held, rolls its event back and is left.
+    """
+    done = 0
+    due = list(
+        WorkItem.objects.select_related("case", "node", "group", "escalation_group")
+        .filter(query)
+        .order_by("deadline", "id")[:_SWEEP_BATCH]
+    )
+    for item in due:
+        update = changes(item)
+        for name, value in update.items():
+            setattr(item, name, value)
+        data = _item_data(item, now)
+        if item.escalated_at is not None and item.escalation_group is not None:
+            data["escalation_group"] = item.escalation_group.name
+        with transaction.atomic():
+            append_event(action, chain=case_chain(item.case_id), data=data)
+            still_due = (
+                WorkItem.objects.select_for_update(skip_locked=True, of=("self",))
+                .filter(Q(pk=item.pk) & query)
+                .values_list("pk", flat=True)
+            )
+            if not list(still_due):
+                transaction.set_rollback(True)
+                continue
+            WorkItem.objects.filter(pk=item.pk).update(**update)
+            tell(item)
+            done += 1
+    return done
+
+
+def sweep_work_items(now: datetime | None = None) -> dict[str, int]:
+    """Remind and escalate the open work items by their deadlines (beat); never complete one.
+
+    - half-way to the deadline: a reminder to the item's group;
+    - at the deadline: escalation to its escalation group (the policy's, compliance supervisors
+      by default), whose members may complete it from then on; the item shows as overdue.
+    Each step happens once per item. Returns how many items took each step.
+    """
+    from oversight.actions.gates import _group, active_policy
+
+    now = now or timezone.now()
+    _, policy = active_policy()
+    # Items opened before the escalation group was stored take today's policy's.
+    today: Group | None = None
+
+    def escalation(item: WorkItem) -> dict[str, Any]:
+        nonlocal today
+        if item.escalation_group is None and today is None:
+            today = _group(policy.escalation_group)
+        return {"escalated_at": now, "escalation_group": item.escalation_group or today}
+
+    reminded = _sweep_step(
+        _LIVE & Q(reminded_at__isnull=True, remind_at__lte=now),
+        lambda item: {"reminded_at": now},
+        "execution.work_item.reminded",
+        notify.work_item_reminder,
+        now,
+    )
+    escalated = _sweep_step(
+        _LIVE & Q(escalated_at__isnull=True, deadline__lte=now),
+        escalation,
+        "execution.work_item.escalated",
+        notify.work_item_escalated,
+        now,
+    )
+    return {"reminded": reminded, "escalated": escalated}

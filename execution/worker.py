@@ -1,0 +1,206 @@
+"""The worker's loop: claim, run under a lease and time limits, end, run the next."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
+
+from audit.chain import append_event, case_chain
+from execution.claiming import claim_leaf, renew_lease
+from execution.common import (
+    Claim,
+    ClaimRefused,
+    Ended,
+    ErrorClass,
+    LeafStopped,
+    StaleResult,
+    _send,
+    _setting,
+    hard_limit_s,
+    is_stopped,
+    lease_s,
+    max_deliveries,
+    soft_limit_s,
+)
+from execution.ending import (
+    _apply_failure,
+    _end_attempt,
+    _locked_attempt,
+    complete_leaf,
+    fail_leaf,
+    stop_at_safe_point,
+)
+from execution.models import LeafAttempt
+from observability.runs import leaf_run
+from planning.models import NodeStatus, PlanNode
+
+logger = logging.getLogger(__name__)
+
+# The worker's loop ------------------------------------------------------------------------------
+
+
+class _LeaseRenewer(threading.Thread):
+    """Renew a running attempt's lease every third of it, until the hard time limit."""
+
+    def __init__(self, claim: Claim) -> None:
+        super().__init__(name=f"lease-{claim.node_id}", daemon=True)
+        self.claim = claim
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        deadline = time.monotonic() + hard_limit_s()
+        try:
+            while not self.done.wait(lease_s() / 3):
+                # Past the hard limit the lease is left to run out: the reconciler times it out.
+                if time.monotonic() >= deadline:
+                    return
+                try:
+                    if not renew_lease(self.claim.node_id, self.claim.attempt):
+                        return
+                except DatabaseError:
+                    connection.close()
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self.done.set()
+
+
+def _with_database_retry[T](action: Callable[[], T], *, what: str) -> T:
+    """Run `action`, retrying a few times over a lost database connection (E5).
+
+    Each try is a whole transaction, so a connection lost mid-way leaves no half state. Raises the
+    last error when the database stays away: the lease then runs out and the reconciler recovers.
+    """
+    delay = 0.2
+    for attempt in range(1, 6):
+        try:
+            return action()
+        except (OperationalError, InterfaceError):
+            connection.close()
+            if attempt == 5:
+                raise
+            logger.warning("database lost during %s; try %s again in %.1f s", what, attempt, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 3.0)
+    raise AssertionError("unreachable")
+
+
+def _run_claimed(claim: Claim, *, keep: int = 0, worker: str = "") -> Ended | None:
+    from execution import runners
+
+    renewer = _LeaseRenewer(claim)
+    renewer.start()
+    try:
+        with runners.soft_time_limit(soft_limit_s()):
+            output = runners.run(claim)
+    except runners.WaitingForPerson:
+        return None
+    except LeafStopped as exc:
+        why, cancelled = str(exc), exc.cancelled
+        return _with_database_retry(
+            lambda: stop_at_safe_point(claim, why=why, cancelled=cancelled),
+            what="stopping a leaf",
+        )
+    except runners.LeafTimeLimit as exc:
+        error_class, error = ErrorClass.TIMEOUT, str(exc)
+    except runners.LeafError as exc:
+        if isinstance(exc.__cause__, OperationalError | InterfaceError):
+            return _lost_database(claim, exc.__cause__)
+        error_class, error = exc.error_class, str(exc)
+    except (OperationalError, InterfaceError) as exc:
+        return _lost_database(claim, exc)
+    except Exception as exc:
+        logger.exception("leaf %s failed", claim.key)
+        error_class, error = ErrorClass.TOOL_FAILURE, f"{type(exc).__name__}: {exc}"
+    else:
+        return _with_database_retry(
+            lambda: complete_leaf(
+                claim.node_id, claim.attempt, output, kind=claim.kind, keep=keep, worker=worker
+            ),
+            what="completing a leaf",
+        )
+    finally:
+        renewer.stop()
+    return _with_database_retry(
+        lambda: fail_leaf(claim.node_id, claim.attempt, error_class=error_class, error=error),
+        what="failing a leaf",
+    )
+
+
+def _lost_database(claim: Claim, exc: BaseException) -> Ended:
+    """Hand back an attempt that lost CaseHub's own database mid-run: it is not the leaf's failure.
+
+    The leaf is ready again for another attempt (its effects carry the same idempotency key),
+    like a leaf whose worker was lost; after as many deliveries it fails as transient.
+    """
+    connection.close()
+    why = f"database connection lost: {exc}"[:500]
+
+    def requeue() -> Ended:
+        with transaction.atomic():
+            try:
+                node, case = _locked_attempt(claim.node_id, claim.attempt)
+            except StaleResult:
+                return Ended(node_id=claim.node_id, status="stale")
+            if node.attempts >= max_deliveries():
+                return _apply_failure(
+                    node, case, claim.attempt, error_class=ErrorClass.TRANSIENT, error=why
+                )
+            _end_attempt(node, claim.attempt, LeafAttempt.Outcome.LOST, error=why)
+            PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.READY, lease_until=None)
+            append_event(
+                "execution.leaf.recovered",
+                chain=case_chain(case.pk),
+                data={"node": node.key, "attempt": claim.attempt, "why": why},
+            )
+            if not is_stopped():
+                _send(node.pk)
+            return Ended(node_id=node.pk, status=NodeStatus.READY)
+
+    return _with_database_retry(requeue, what="handing a leaf back")
+
+
+def inline_s() -> float:
+    """Return how long one task keeps running further leaves on its worker before it hands
+    the rest back to the queue (other cases' messages wait behind it meanwhile)."""
+    return min(_setting("CASEHUB_LEAF_INLINE_S", 10), hard_limit_s())
+
+
+def execute_leaf(node_id: int, *, worker: str) -> list[str]:
+    """Claim and run a leaf, then, while time allows, the leaf its completion claimed for this
+    worker (one it made ready, or another ready leaf of the case), and so on.
+
+    Returns what happened to each leaf ("12 succeeded", "13 refused: the leaf is running").
+    A duplicate message, a stopped switch or a cancelled case is a refusal, not an error.
+    """
+    started = time.monotonic()
+    outcomes: list[str] = []
+    try:
+        claim: Claim | None = _with_database_retry(
+            functools.partial(claim_leaf, node_id, worker=worker), what="claiming a leaf"
+        )
+    except ClaimRefused as exc:
+        return [f"{node_id} refused: {exc}"]
+    while claim is not None:
+        keep = 1 if time.monotonic() - started < inline_s() else 0
+        try:
+            with leaf_run(
+                case_id=claim.case_id, key=claim.key, attempt=claim.attempt, kind=claim.kind
+            ) as run:
+                ended = _run_claimed(claim, keep=keep, worker=worker)
+                run.outcome = "waiting" if ended is None else ended.status
+        except StaleResult as exc:
+            outcomes.append(f"{claim.node_id} stale: {exc}")
+            break
+        if ended is None:
+            outcomes.append(f"{claim.node_id} waits for a person")
+            break
+        outcomes.append(f"{claim.node_id} {ended.status}")
+        claim = ended.claimed
+    return outcomes

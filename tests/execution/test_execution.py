@@ -1,0 +1,236 @@
+"""Execution in one process: claims, completion, fencing, failure policies, cancel and stop.
+
+Task bodies are called directly here (STYLE: unit tests may); the integration suite runs the
+same actions on real Celery workers (tests/integration/test_execution_faults.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from audit.models import AuditEvent
+from execution import actions as execution
+from execution.models import LeafAttempt, WorkItem
+from oversight.actions.gates import DecisionInput, decide_gate
+from oversight.models import Gate, GateKind, GateStatus
+from planning.models import Case, CaseStatus, ErpPaymentHold, NodeStatus, PlanNode
+from tests.cases import planned_invoice_case
+from tests.personas import PASSWORD
+
+pytestmark = pytest.mark.django_db
+
+
+def _gate(case: Case, kind: str, key: str | None = None) -> Gate:
+    gates = Gate.objects.filter(case=case, kind=kind, status=GateStatus.PENDING)
+    if key is not None:
+        gates = gates.filter(node__key=key)
+    return gates.get()
+
+
+def approve(gate: Gate, user: Any, *, password: str | None = None) -> None:
+    decide_gate(
+        gate_id=gate.pk,
+        user=user,
+        decision=DecisionInput(decision="approve", password=password),
+    )
+
+
+def leaves(case: Case) -> dict[str, PlanNode]:
+    return {n.key: n for n in PlanNode.objects.filter(version=case.current_version, kind="leaf")}
+
+
+def run_ready(case: Case) -> list[str]:
+    """Run every ready leaf of the case like a worker would, until none is ready."""
+    outcomes: list[str] = []
+    while True:
+        ready = [n for n in leaves(case).values() if n.status == NodeStatus.READY]
+        if not ready:
+            return outcomes
+        for node in ready:
+            outcomes += execution.execute_leaf(node.pk, worker="test")
+
+
+def test_approving_the_plan_starts_the_case_and_readies_only_the_first_leaf(analyst, officer):
+    case = planned_invoice_case(analyst)
+    approve(_gate(case, GateKind.PLAN), officer)
+    case.refresh_from_db()
+    assert case.status == CaseStatus.EXECUTING
+    status = {k: n.status for k, n in leaves(case).items()}
+    assert status["extract-fields"] == NodeStatus.READY
+    assert status["lookup-supplier"] == NodeStatus.PENDING
+    assert status["place-hold"] == NodeStatus.AWAITING_APPROVAL
+
+
+def test_the_invoice_case_runs_finds_the_duplicate_waits_at_the_hold_and_completes(
+    analyst, officer
+):
+    case = planned_invoice_case(analyst)
+    approve(_gate(case, GateKind.PLAN), officer)
+    run_ready(case)
+    nodes = leaves(case)
+    assert nodes["audit-report"].status == NodeStatus.SUCCEEDED, {
+        k: (n.status, n.error) for k, n in nodes.items()
+    }
+    report = nodes["audit-report"].output
+    assert report["recommendation"] == "hold"
+    assert any("duplicate payment" in f for f in report["findings"])
+    assert nodes["place-hold"].status == NodeStatus.AWAITING_APPROVAL
+    case.refresh_from_db()
+    assert case.status == CaseStatus.EXECUTING
+    approve(_gate(case, GateKind.STEP, "place-hold"), officer, password=PASSWORD)
+    run_ready(case)
+    nodes = leaves(case)
+    assert nodes["place-hold"].status == NodeStatus.SUCCEEDED
+    assert nodes["place-hold"].output["placed"] is True
+    assert ErpPaymentHold.objects.filter(invoice_id="INV-1042").count() == 1
+    case.refresh_from_db()
+    assert case.status == CaseStatus.COMPLETED, case.verification
+    assert case.verification["passed"] is True
+    assert "the Invoice verification rules hold" in case.verification["checks"]
+
+
+def test_a_duplicate_message_is_refused_and_a_stale_result_is_fenced_off(analyst, officer):
+    case = planned_invoice_case(analyst)
+    approve(_gate(case, GateKind.PLAN), officer)
+    first = leaves(case)["extract-fields"]
+    claim = execution.claim_leaf(first.pk, worker="a")
+    with pytest.raises(execution.ClaimRefused):
+        execution.claim_leaf(first.pk, worker="b")
+    # The lease runs out; the reconciler hands the leaf to a new attempt.
+    PlanNode.objects.filter(pk=first.pk).update(lease_until="2000-01-01T00:00:00Z")
+    assert execution.reconcile_execution().recovered == (first.pk,)
+    second = execution.claim_leaf(first.pk, worker="b")
+    assert second.attempt == claim.attempt + 1
+    assert second.idempotency_key == claim.idempotency_key
+    with pytest.raises(execution.StaleResult):
+        execution.complete_leaf(first.pk, claim.attempt, {"anything": 1})
+    outcomes = LeafAttempt.objects.filter(node=first).values_list("number", "outcome")
+    assert dict(outcomes) == {1: "lost", 2: "running"}
+    refused = AuditEvent.objects.filter(action="execution.leaf.result_refused").get()
+    assert refused.data["attempt"] == claim.attempt and refused.data["holder"] == second.attempt
+
+
+def test_cancel_skips_queued_leaves_and_nothing_new_is_claimed(analyst, officer):
+    case = planned_invoice_case(analyst)
+    approve(_gate(case, GateKind.PLAN), officer)
+    first = leaves(case)["extract-fields"]
+    execution.cancel_case(case_id=case.pk, user=analyst, reason_code="other", reason="wrong one")
+    with pytest.raises(execution.ClaimRefused):
+        execution.claim_leaf(first.pk, worker="a")
+    assert {n.status for n in leaves(case).values()} == {NodeStatus.CANCELLED}
+    with pytest.raises(execution.CaseNotRunning):
+        execution.cancel_case(case_id=case.pk, user=analyst, reason_code="other")
+
+
+def test_the_global_stop_holds_ready_leaves_and_resume_runs_them_once(analyst, officer, admin_user):
+    case = planned_invoice_case(analyst)
+    approve(_gate(case, GateKind.PLAN), officer)
+    execution.set_stopped(stopped=True, user=admin_user, reason="maintenance")
+    first = leaves(case)["extract-fields"]
+    assert execution.execute_leaf(first.pk, worker="a") == [
+        f"{first.pk} refused: execution is stopped"
+    ]
+    assert leaves(case)["extract-fields"].status == NodeStatus.READY
+    execution.set_stopped(stopped=False, user=admin_user)
+    execution.execute_leaf(first.pk, worker="a")
+    assert leaves(case)["extract-fields"].attempts == 1
+    assert WorkItem.objects.count() == 0
+
+
+@pytest.mark.scenario("O4", "R4", "R3")
+def test_an_approval_that_expired_before_execution_never_runs_and_a_new_one_is_asked_for(
+    analyst, officer, second_officer
+):
+    from django.utils import timezone
+
+    case = planned_invoice_case(analyst)
+    approve(_gate(case, GateKind.PLAN), officer)
+    hold = _gate(case, GateKind.STEP, "place-hold")
+    approve(hold, officer, password=PASSWORD)
+    Gate.objects.filter(pk=hold.pk).update(
+        approval_expires_at=timezone.now() - timezone.timedelta(minutes=1)
+    )
+    run_ready(case)
+    nodes = leaves(case)
+    assert nodes["place-hold"].status == NodeStatus.AWAITING_APPROVAL
+    assert nodes["place-hold"].attempts == 0
+    assert ErpPaymentHold.objects.filter(invoice_id="INV-1042").count() == 0
+    hold.refresh_from_db()
+    assert hold.status == GateStatus.EXPIRED
+    refusal = AuditEvent.objects.get(action="execution.leaf.claim_refused")
+    assert "approval expired" in refusal.data["why"]
+    fresh = _gate(case, GateKind.STEP, "place-hold")
+    assert fresh.pk != hold.pk and "re-approval needed" in fresh.reason
+    approve(fresh, second_officer, password=PASSWORD)
+    run_ready(case)
+    assert leaves(case)["place-hold"].status == NodeStatus.SUCCEEDED
+    assert ErpPaymentHold.objects.filter(invoice_id="INV-1042").count() == 1
+
+
+@pytest.mark.scenario("O5")
+def test_a_step_changed_after_its_approval_is_not_run(analyst, officer):
+    case = planned_invoice_case(analyst)
+    approve(_gate(case, GateKind.PLAN), officer)
+    hold = _gate(case, GateKind.STEP, "place-hold")
+    approve(hold, officer, password=PASSWORD)
+    # Whatever changed the row behind the approval's back, the hash no longer matches.
+    PlanNode.objects.filter(pk=hold.node_id).update(content_hash="0" * 64)
+    run_ready(case)
+    assert leaves(case)["place-hold"].status == NodeStatus.AWAITING_APPROVAL
+    refusal = AuditEvent.objects.get(action="execution.leaf.claim_refused")
+    assert "content hash differs" in refusal.data["why"]
+    assert ErpPaymentHold.objects.count() == 0
+
+
+@pytest.mark.scenario("L3")
+@pytest.mark.parametrize(
+    "invoice_id",
+    [
+        "../../etc/passwd",
+        "file:///etc/passwd",
+        "http://169.254.169.254/latest/meta-data/",
+        "INV-1042'; DROP TABLE planning_case; --",
+        10**400,
+        {"$gt": ""},
+    ],
+)
+def test_hostile_tool_arguments_are_refused_by_the_tools_schema_before_the_tool_runs(
+    analyst, officer, invoice_id, monkeypatch
+):
+    import socket
+
+    def no_network(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a tool tried to open a connection")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    case = planned_invoice_case(analyst)
+    first = leaves(case)["extract-fields"]
+    PlanNode.objects.filter(pk=first.pk).update(inputs={"invoice_id": invoice_id})
+    PlanNode.objects.filter(pk=first.pk).update(
+        content_hash=PlanNode.objects.get(pk=first.pk).content_hash
+    )
+    approve(_gate(case, GateKind.PLAN), officer)
+    execution.execute_leaf(first.pk, worker="test")
+    node = leaves(case)["extract-fields"]
+    assert node.status == NodeStatus.FAILED
+    assert node.error_class == "invalid_input"
+    assert "extract_invoice_fields refused its inputs" in node.error
+
+
+@pytest.mark.scenario("E12", "R8")
+def test_cancelling_a_case_whose_human_step_waits_ends_the_step_and_its_work_item(analyst, officer):
+    from planning.models import Agent
+
+    case = planned_invoice_case(analyst)
+    first = leaves(case)["extract-fields"]
+    Agent.objects.filter(slug=first.agent).update(kind="human")
+    approve(_gate(case, GateKind.PLAN), officer)
+    assert execution.execute_leaf(first.pk, worker="test") == [f"{first.pk} waits for a person"]
+    item = WorkItem.objects.get(node=first)
+    execution.cancel_case(case_id=case.pk, user=officer, reason_code="other", reason="not needed")
+    item.refresh_from_db()
+    assert item.status == WorkItem.Status.CANCELLED
+    assert leaves(case)["extract-fields"].status == NodeStatus.CANCELLED
+    assert {n.status for n in leaves(case).values()} == {NodeStatus.CANCELLED}
