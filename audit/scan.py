@@ -1,7 +1,7 @@
 """Read a stored audit chain from PostgreSQL and check it by the chain rules, a part at a time.
 
 This module imports nothing of Django or the apps, only psycopg and `casehub_verify` (the chain
-rules), so that `python -m oversight.audit_scan` starts quickly: `oversight.audit.check_chain`
+rules), so that `python -m audit.scan` starts quickly: `audit.chain.check_chain`
 runs it as a worker process that checks one part of a long chain while the app checks another,
 all parts read in one snapshot of the database (see `audit.chain`). The worker reads a job
 (JSON) on stdin and writes the verifier's state (JSON) on stdout.

@@ -103,7 +103,7 @@ TEMPLATES = [
                 "django.template.context_processors.csp",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "oversight.context_processors.navigation",
+                "casehub.context_processors.navigation",
             ],
         },
     },
@@ -350,8 +350,10 @@ LOGGING = {
 # Oversight -----------------------------------------------------------------------------------
 # Called with each plan version just stored, in its transaction: the version's gates open there.
 CASEHUB_PLAN_VERSION_HOOKS = ["oversight.actions.gates.open_gates"]
-# A failed step whose failure policy is `replan` is re-planned by this; past the limit it escalates.
-CASEHUB_REPLAN_HOOK = "execution.replanning.replan_failed_leaf"
+# Called with each gate just decided and its decision, in the deciding transaction: execution
+# starts, resumes or fails steps there.
+CASEHUB_GATE_DECIDED_HOOKS = ["execution.decisions.on_gate_decided"]
+# Re-plans a case gets (failure policy `replan`); past that the step escalates.
 CASEHUB_MAX_REPLANS = env_int("CASEHUB_MAX_REPLANS", 2, minimum=0)
 # Gates (reminders, escalation, hold) and work items (reminders, escalation) are swept this often
 # (seconds).

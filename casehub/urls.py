@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from casehub import views
 from casehub.api import api
 from observability.views import metrics_view
 from oversight import views as oversight_views
@@ -15,7 +16,7 @@ urlpatterns = [
     path("", include("execution.urls")),
     path("", include("quality.urls")),
     path("", include("planning.urls")),
-    path("health", oversight_views.health, name="health"),
+    path("health", views.health, name="health"),
     path("metrics", metrics_view, name="metrics"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -1,7 +1,7 @@
 """Execution in the JSON API: cancel a case, the global stop switch, and human work items.
 
 Every command goes through `execution.actions`, which checks it again and audits it.
-Who sees which work items is decided in the query (`oversight.queries.work_items_for`): the
+Who sees which work items is decided in the query (`execution.queries.work_items_for`): the
 items of the user's groups, and those escalated to them past their deadline, except those of
 cases they submitted; any other item is a 404.
 """
@@ -21,8 +21,9 @@ from pydantic import ConfigDict
 from accounts.roles import ADMIN
 from execution import actions as execution
 from execution.models import ExecutionControl, WorkItem
+from execution.queries import work_items_for
 from execution.runners import LeafError
-from oversight.queries import upstream_outputs_of, work_items_for
+from oversight.queries import upstream_outputs_of
 from planning import rules
 from planning.api import (
     PAGE_DEFAULT_LIMIT,

@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.db.models import Exists
@@ -30,6 +29,7 @@ from execution.common import (
     retry_delay_s,
 )
 from execution.models import ExecutionControl, LeafAttempt
+from execution.replanning import replan_failed_leaf
 from execution.trust_actions import record_outcome
 from oversight.models import OPEN_GATE_STATUSES, Gate
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
@@ -347,12 +347,7 @@ def _send_retry(node_id: int, delay: float) -> None:
 
 def _replan(node: PlanNode, case: Case, why: str) -> bool:
     """Hand a failed leaf to re-planning; False when its case cannot be re-planned."""
-    hooks = getattr(settings, "CASEHUB_REPLAN_HOOK", None)
-    if not hooks:
-        return False
-    from django.utils.module_loading import import_string
-
-    return bool(import_string(hooks)(node=node, case=case, why=why))
+    return bool(replan_failed_leaf(node=node, case=case, why=why))
 
 
 def fail_and_block(node: PlanNode, *, why: str, actor: User | None) -> list[str]:

@@ -1,7 +1,11 @@
-"""Oversight use cases. Each state change runs in a transaction and writes its audit event."""
+"""Workers' heartbeats: recorded by the Celery bootstep (`execution.bootsteps`), read by
+GET /health."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -28,3 +32,26 @@ def record_worker_heartbeat(*, hostname: str, pid: int) -> WorkerHeartbeat:
 def forget_worker(*, hostname: str) -> None:
     """Remove a worker's heartbeat when it shuts down cleanly."""
     WorkerHeartbeat.objects.filter(hostname=hostname).delete()
+
+
+def worker_status() -> dict[str, object]:
+    """Return the workers whose heartbeat is fresh, for GET /health (ok: at least one)."""
+    stale_after = timedelta(seconds=settings.CASEHUB_HEARTBEAT_STALE_S)
+    try:
+        beats = list(WorkerHeartbeat.objects.order_by("-last_seen")[:20])
+    except Exception as exc:
+        return {"ok": False, "workers": [], "error": type(exc).__name__}
+    now = timezone.now()
+    alive = [b for b in beats if now - b.last_seen <= stale_after]
+    return {
+        "ok": bool(alive),
+        "alive": len(alive),
+        "workers": [
+            {
+                "hostname": b.hostname,
+                "last_seen": b.last_seen.isoformat(),
+                "age_s": round((now - b.last_seen).total_seconds(), 1),
+            }
+            for b in beats
+        ],
+    }

@@ -1,6 +1,6 @@
 """Re-planning a failed step (failure policy `replan`): a new plan version that people approve.
 
-`replan_failed_leaf` is `CASEHUB_REPLAN_HOOK`: execution calls it inside the transaction that
+Execution calls `replan_failed_leaf` inside the transaction that
 records the failure (the leaf and its case locked). It re-decomposes the failed leaf's parent
 compound task — its subtree — by the case's strategy, never with the decomposition that failed:
 
@@ -18,7 +18,7 @@ is validated in full like an edit; the case is `awaiting_approval` again with a 
 system, not a person, made the version: no officer is excluded from approving it as its editor).
 On the old version nothing new starts (its open steps are cancelled, its gates void); a step still
 running ends at its next safe point or records its result on the old version, and the new plan
-gate cannot be approved before it has ended (`plan_gate_conflict`). Approving it carries the
+gate cannot be approved before it has ended (oversight's gates refuse it). Approving it carries the
 results of such steps over (`before_start`) and execution continues on the new version.
 
 Nothing here commits: a re-plan that is not possible (no alternative, `CASEHUB_MAX_REPLANS`
@@ -51,10 +51,9 @@ from planning.core.tree import Compound, Goal, Leaf, Node, StrategyName
 from planning.core.validation import validate_plan
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion, Strategy
 from planning.promotion.methods import PROMOTED_PREFIX, MethodInvalid, library_for
-from planning.versions import load_plan, store_version, with_tool_risks
+from planning.versions import REPLAN, is_replan, load_plan, store_version, with_tool_risks
 
 LEAF = PlanNode.Kind.LEAF
-REPLAN = "replan"
 # Statuses a step keeps in the new version when its content is unchanged: it ended already.
 KEPT_STATUSES = (NodeStatus.SUCCEEDED, NodeStatus.FAILED, NodeStatus.SKIPPED)
 CARRIED_FIELDS = (
@@ -79,11 +78,6 @@ class NoAlternative(Exception):
 def max_replans() -> int:
     """Return how many times one case may be re-planned (`CASEHUB_MAX_REPLANS`)."""
     return int(getattr(settings, "CASEHUB_MAX_REPLANS", 2))
-
-
-def is_replan(version: PlanVersion) -> bool:
-    """Tell whether the version was made by re-planning a failed step."""
-    return isinstance(version.edit, dict) and version.edit.get("kind") == REPLAN
 
 
 def _replans(case: Case) -> list[dict[str, Any]]:
@@ -522,27 +516,6 @@ def _block_after(version: PlanVersion, ended: Iterable[str]) -> None:
 # The approval of a re-planned version ----------------------------------------------------------
 
 
-def plan_gate_conflict(gate: Gate) -> str | None:
-    """Return why a re-planned version's plan gate cannot be approved yet, or None.
-
-    A step of an earlier version that still runs must end first: its result decides whether the
-    new version's copy of it still has to run.
-    """
-    if gate.kind != GateKind.PLAN or not is_replan(gate.version):
-        return None
-    running = list(
-        PlanNode.objects.filter(version__case_id=gate.case_id, kind=LEAF, status=NodeStatus.RUNNING)
-        .exclude(version_id=gate.version_id)
-        .values_list("key", flat=True)[:5]
-    )
-    if running:
-        return (
-            f"step(s) {', '.join(running)} of an earlier version are still running: "
-            "decide again once they have ended"
-        )
-    return None
-
-
 def before_start(version: PlanVersion) -> list[str]:
     """Carry over results that steps of the previous version recorded after the re-plan.
 
@@ -587,6 +560,5 @@ __all__ = [
     "before_start",
     "is_replan",
     "max_replans",
-    "plan_gate_conflict",
     "replan_failed_leaf",
 ]

@@ -23,10 +23,11 @@ from pydantic import BaseModel
 from accounts.roles import ADMIN, OFFICER, SUPERVISOR
 from execution import actions as execution
 from execution.models import ExecutionControl, WorkItem
+from execution.queries import work_items_for
 from execution.runners import LeafError
 from oversight.actions.gates import ReasonInvalid
 from oversight.models import ReasonCode
-from oversight.queries import upstream_outputs_of, work_items_for
+from oversight.queries import upstream_outputs_of
 from planning.budgets import LedgerBudgets, case_limits
 from planning.catalogue import registered_packs
 from planning.display import pretty_json, value_rows

@@ -14,11 +14,11 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from audit.chain import append_event, case_chain
+from execution import notices
 from execution.common import Claim, Ended, StaleResult, WorkItemConflict
 from execution.ending import complete_leaf, record_stale
 from execution.models import WorkItem
-from oversight import notify
-from oversight.queries import work_item_groups
+from execution.queries import work_item_groups
 from planning.models import NodeStatus, PlanNode
 
 logger = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def open_work_item(claim: Claim, *, group_name: str) -> WorkItem:
                 chain=case_chain(claim.case_id),
                 data={"node": node.key, "work_item": item.pk, "group": group_name},
             )
-            notify.work_item_opened(item)
+            notices.work_item_opened(item)
         return item
 
 
@@ -224,14 +224,14 @@ def sweep_work_items(now: datetime | None = None) -> dict[str, int]:
         _LIVE & Q(reminded_at__isnull=True, remind_at__lte=now),
         lambda item: {"reminded_at": now},
         "execution.work_item.reminded",
-        notify.work_item_reminder,
+        notices.work_item_reminder,
         now,
     )
     escalated = _sweep_step(
         _LIVE & Q(escalated_at__isnull=True, deadline__lte=now),
         escalation,
         "execution.work_item.escalated",
-        notify.work_item_escalated,
+        notices.work_item_escalated,
         now,
     )
     return {"reminded": reminded, "escalated": escalated}

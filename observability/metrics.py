@@ -6,7 +6,7 @@ process writes its values to files there and a scrape adds them up (see `views.p
 
 Planning, gate, leaf and LLM counters are not counted where things happen but from the audit
 events, after their transaction commits: every state change writes one through
-`oversight.audit.append_events`, so the counters are the committed truth and nothing rolled back
+`audit.chain.append_events`, so the counters are the committed truth and nothing rolled back
 is counted. Labels are codes and kinds from CaseHub's own code, never user text or ids, so their
 number stays bounded.
 """

@@ -17,7 +17,6 @@ from django.core.mail import send_mass_mail
 from django.db import transaction
 from django.urls import reverse
 
-from execution.models import WorkItem
 from oversight.models import Gate, Notification
 from planning.models import Case, PlanVersion
 
@@ -32,7 +31,7 @@ def _case_url(case: Case) -> str:
     return reverse("planning:case-detail", args=[case.pk])
 
 
-def _members(
+def members(
     groups: Iterable[int], *, except_user: int | None, case: Case | None = None
 ) -> list[User]:
     users = User.objects.filter(groups__in=list(groups), is_active=True).distinct()
@@ -55,7 +54,7 @@ def _send_mail(messages: list[tuple[str, str, str, list[str]]]) -> None:
         logger.exception("sending %s notification e-mail(s) failed", len(messages))
 
 
-def _notify(
+def notify_users(
     users: Sequence[User],
     *,
     kind: str,
@@ -89,11 +88,11 @@ def gates_opened(case: Case, gates: Sequence[Gate]) -> None:
     for gate in gates:
         by_group.setdefault(gate.approver_group_id, []).append(gate)
     for group_id, group_gates in by_group.items():
-        users = _members([group_id], except_user=case.submitter_id, case=case)
+        users = members([group_id], except_user=case.submitter_id, case=case)
         first = group_gates[0]
         count = len(group_gates)
         what = f"{count} gates wait" if count > 1 else f"a {first.kind} gate waits"
-        _notify(
+        notify_users(
             users,
             kind="gate.opened",
             message=f"Case #{case.pk} “{case.title}”: {what} for your decision.",
@@ -106,8 +105,8 @@ def gates_opened(case: Case, gates: Sequence[Gate]) -> None:
 
 def gate_reminder(gate: Gate) -> None:
     """Remind the approver group that a gate is half-way to its deadline."""
-    users = _members([gate.approver_group_id], except_user=gate.case.submitter_id, case=gate.case)
-    _notify(
+    users = members([gate.approver_group_id], except_user=gate.case.submitter_id, case=gate.case)
+    notify_users(
         users,
         kind="gate.reminder",
         message=(
@@ -124,8 +123,8 @@ def gate_reminder(gate: Gate) -> None:
 def gate_escalated(gate: Gate) -> None:
     """Tell the escalation group that a gate passed its deadline and is theirs to decide too."""
     group = gate.escalation_group_id or gate.approver_group_id
-    users = _members([group], except_user=gate.case.submitter_id, case=gate.case)
-    _notify(
+    users = members([group], except_user=gate.case.submitter_id, case=gate.case)
+    notify_users(
         users,
         kind="gate.escalated",
         message=(
@@ -145,7 +144,7 @@ def case_decided(case: Case, *, approved: bool, by: User) -> None:
     if submitter is None:
         return
     outcome = "approved" if approved else "rejected"
-    _notify(
+    notify_users(
         [submitter],
         kind=f"case.{outcome}",
         message=f"Your case #{case.pk} “{case.title}” was {outcome} by {by.get_username()}.",
@@ -156,64 +155,12 @@ def case_decided(case: Case, *, approved: bool, by: User) -> None:
     )
 
 
-def work_item_opened(item: WorkItem) -> None:
-    """Tell the work item's group (never the case's submitter) that a step waits for a person."""
-    case = item.case
-    users = _members([item.group_id], except_user=case.submitter_id, case=case)
-    _notify(
-        users,
-        kind="work_item.opened",
-        message=f"Case #{case.pk} “{case.title}”: step {item.node.key} waits for you to do it.",
-        url=reverse("execution:work-item", args=[item.pk]),
-        case=case,
-        gate=None,
-        subject=f"[CaseHub] Case #{case.pk}: a step waits for you",
-    )
-
-
-def work_item_reminder(item: WorkItem) -> None:
-    """Remind the work item's group that it is half-way to its deadline."""
-    case = item.case
-    users = _members([item.group_id], except_user=case.submitter_id, case=case)
-    _notify(
-        users,
-        kind="work_item.reminder",
-        message=(
-            f"Reminder: step {item.node.key} of case #{case.pk} waits for you; it is due "
-            f"{item.deadline:%Y-%m-%d %H:%M} UTC."
-        ),
-        url=reverse("execution:work-item", args=[item.pk]),
-        case=case,
-        gate=None,
-        subject=f"[CaseHub] Reminder: case #{case.pk} step due",
-    )
-
-
-def work_item_escalated(item: WorkItem) -> None:
-    """Tell the escalation group that a work item passed its deadline and is theirs to do too."""
-    case = item.case
-    group = item.escalation_group_id or item.group_id
-    users = _members([group], except_user=case.submitter_id, case=case)
-    _notify(
-        users,
-        kind="work_item.escalated",
-        message=(
-            f"Escalated: step {item.node.key} of case #{case.pk} “{case.title}” passed its "
-            "deadline undone. You may do it now; the case waits for it."
-        ),
-        url=reverse("execution:work-item", args=[item.pk]),
-        case=case,
-        gate=None,
-        subject=f"[CaseHub] Escalated: case #{case.pk} step overdue",
-    )
-
-
 def case_finished(case: Case) -> None:
     """Tell the submitter that their case completed or failed."""
     submitter = User.objects.filter(pk=case.submitter_id, is_active=True).first()
     if submitter is None:
         return
-    _notify(
+    notify_users(
         [submitter],
         kind=f"case.{case.status}",
         message=f"Your case #{case.pk} “{case.title}” {case.status}.",
@@ -230,7 +177,4 @@ __all__ = [
     "gate_escalated",
     "gate_reminder",
     "gates_opened",
-    "work_item_escalated",
-    "work_item_opened",
-    "work_item_reminder",
 ]

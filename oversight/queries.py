@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib.auth.models import AnonymousUser, Group, User
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
-from execution.models import WorkItem
 from oversight.models import OPEN_GATE_STATUSES, Gate, GateDecision, Notification
 from planning.models import Case, NodeStatus, PlanNode, PlanVersion
 from planning.queries import visible_cases
@@ -69,25 +66,6 @@ def unread_notifications(user: User | AnonymousUser) -> QuerySet[Notification]:
     if not user.is_authenticated:
         return Notification.objects.none()
     return Notification.objects.filter(user_id=user.pk, read_at__isnull=True)
-
-
-def work_items_for(user: User | AnonymousUser) -> QuerySet[WorkItem]:
-    """Return the work items of the user's groups, except those of cases the user submitted.
-
-    Being in the item's group is what lets a person see and do it (an analyst does a step of
-    another analyst's case), and so is being in its escalation group once it escalated past its
-    deadline: separation of duties keeps the submitter out, as the action does.
-    """
-    if not user.is_authenticated or not user.is_active:
-        return WorkItem.objects.none()
-    groups = Group.objects.filter(user=user).values("pk")
-    own_cases = Case.objects.filter(submitter_id=user.pk).values("pk")
-    return WorkItem.objects.filter(work_item_groups(groups)).exclude(case_id__in=own_cases)
-
-
-def work_item_groups(groups: QuerySet[Group, Any]) -> Q:
-    """Return the condition for work items these groups may do: theirs, or escalated to them."""
-    return Q(group__in=groups) | Q(escalated_at__isnull=False, escalation_group__in=groups)
 
 
 def upstream_outputs_of(nodes: list[PlanNode]) -> dict[int, dict[str, object]]:

@@ -206,3 +206,12 @@ def load_plan(version: PlanVersion) -> DagPlan:
 
 
 __all__ = ["VersionCorrupt", "load_plan", "plan_from_rows", "store_version", "with_tool_risks"]
+
+
+# The `edit` kind of a version made by re-planning a failed step (execution.replanning).
+REPLAN = "replan"
+
+
+def is_replan(version: PlanVersion) -> bool:
+    """Tell whether the version was made by re-planning a failed step."""
+    return isinstance(version.edit, dict) and version.edit.get("kind") == REPLAN

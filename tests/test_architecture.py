@@ -59,8 +59,6 @@ STACK = (
     "quality",
     "casehub",
 )
-# While execution moves out of oversight, oversight may still import it (issue #20).
-NOT_YET = {("oversight", "execution")}
 
 
 def module_graph(*packages: str, root: Path = ROOT) -> dict[str, set[str]]:
@@ -137,9 +135,7 @@ def test_apps_import_only_downwards() -> None:
         f"{path}: {name}"
         for path, tree in _sources()
         for name in _imports(tree)
-        if _top(name) in STACK
-        and STACK.index(_top(name)) > STACK.index(_top(path.split("/")[0]))
-        and (_top(path.split("/")[0]), _top(name)) not in NOT_YET
+        if _top(name) in STACK and STACK.index(_top(name)) > STACK.index(_top(path.split("/")[0]))
     ]
     assert offenders == []
 

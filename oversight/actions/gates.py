@@ -19,6 +19,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from accounts.models import SigningState
 from audit.chain import SYSTEM_CHAIN, append_event, case_chain
@@ -43,6 +44,7 @@ from planning.models import (
     PlanVersion,
     Tool,
 )
+from planning.versions import is_replan
 
 logger = logging.getLogger(__name__)
 
@@ -488,9 +490,30 @@ def _conflict(gate: Gate, user: User, decision: DecisionInput) -> str | None:
         return "the step changed after the gate opened"
     if GateDecision.objects.filter(gate=gate, decider=user).exists():
         return "you have already decided this gate"
-    from execution.replanning import plan_gate_conflict
+    return _replan_conflict(gate)
 
-    return plan_gate_conflict(gate)
+
+def _replan_conflict(gate: Gate) -> str | None:
+    """Return why a re-planned version's plan gate cannot be approved yet, or None.
+
+    A step of an earlier version that still runs must end first: its result decides whether the
+    new version's copy of it still has to run.
+    """
+    if gate.kind != GateKind.PLAN or not is_replan(gate.version):
+        return None
+    running = list(
+        PlanNode.objects.filter(
+            version__case_id=gate.case_id, kind=PlanNode.Kind.LEAF, status=NodeStatus.RUNNING
+        )
+        .exclude(version_id=gate.version_id)
+        .values_list("key", flat=True)[:5]
+    )
+    if running:
+        return (
+            f"step(s) {', '.join(running)} of an earlier version are still running: "
+            "decide again once they have ended"
+        )
+    return None
 
 
 @transaction.atomic
@@ -556,7 +579,27 @@ def _decide(
         _on_approved(gate, user)
     elif gate.status == GateStatus.REJECTED:
         _on_rejected(gate, user, record)
+    if gate.status in (GateStatus.APPROVED, GateStatus.REJECTED):
+        run_gate_decided_hooks(gate, record)
     return gate
+
+
+def run_gate_decided_hooks(gate: Gate, decision: GateDecision) -> None:
+    """Call each of `CASEHUB_GATE_DECIDED_HOOKS` with a gate just decided and its decision.
+
+    They run in the deciding transaction, after this app's own effects (the case approved or
+    rejected, the notices): this is how execution starts, resumes or fails steps while oversight
+    never imports it (the hook is execution's `on_gate_decided`).
+    """
+    for path in settings.CASEHUB_GATE_DECIDED_HOOKS:
+        import_string(path)(gate, decision)
+
+
+def rejection_reason(decision: GateDecision) -> str:
+    """Return how a rejection reads in a step's error: its reason code and reason."""
+    return f"rejected ({decision.reason_code})" + (
+        f": {decision.reason}" if decision.reason else ""
+    )
 
 
 # The event of each case status a decision sets (codes spelt out for tests/audit).
@@ -579,24 +622,11 @@ def _set_case_status(case: Case, status: str, user: User | None, **data: Any) ->
 
 
 def _on_approved(gate: Gate, user: User) -> None:
-    from execution import actions as execution
-
+    # Execution starts or goes on through the gate-decided hooks, which run after this.
     case = gate.case
-    if gate.kind == GateKind.PLAN:
-        if case.status == CaseStatus.AWAITING_APPROVAL:
-            _set_case_status(case, CaseStatus.APPROVED, user, version=gate.version.number)
-            notify.case_decided(case, approved=True, by=user)
-            from execution.replanning import before_start, is_replan
-
-            before_start(gate.version)
-            execution.start_execution(case, actor=user)
-            if is_replan(gate.version):
-                # Every step may have ended already (kept from the earlier version).
-                execution.finish_if_done(case)
-    elif gate.node is not None:
-        execution.on_step_approved(gate, actor=user)
-    elif gate.kind == GateKind.ESCALATION and case.status in execution.RUNNING_CASE_STATUSES:
-        execution.finish_if_done(case)
+    if gate.kind == GateKind.PLAN and case.status == CaseStatus.AWAITING_APPROVAL:
+        _set_case_status(case, CaseStatus.APPROVED, user, version=gate.version.number)
+        notify.case_decided(case, approved=True, by=user)
 
 
 def _dependents(version: PlanVersion, key: str) -> list[str]:
@@ -616,7 +646,7 @@ def _dependents(version: PlanVersion, key: str) -> list[str]:
 
 def _on_rejected(gate: Gate, user: User, record: GateDecision) -> None:
     case = gate.case
-    why = f"rejected ({record.reason_code})" + (f": {record.reason}" if record.reason else "")
+    why = rejection_reason(record)
     if gate.kind == GateKind.PLAN:
         void_open_gates(gate.version, why="the plan was rejected", actor=user)
         _set_case_status(
@@ -631,10 +661,7 @@ def _on_rejected(gate: Gate, user: User, record: GateDecision) -> None:
         return
     node = gate.node
     if gate.kind == GateKind.ESCALATION:
-        from execution import actions as execution
-
-        if node is not None and case.status in execution.RUNNING_CASE_STATUSES:
-            execution.on_escalation_rejected(gate, actor=user, why=f"escalation {why}")
+        # The failed step fails for good through the gate-decided hooks (execution's).
         return
     assert node is not None
     policy = node.failure_policy or "abort"

@@ -1,7 +1,7 @@
 """Oversight's part of the JSON API: a case's audit trail, its export bundle and verification.
 
 `casehub/api.py` mounts this router on the one NinjaAPI (bearer tokens, strict parsing, JSON
-errors). Verification here and in the bundles is casehub_verify.py's, through oversight.audit.
+errors). Verification here and in the bundles is casehub_verify.py's, through audit.chain.
 """
 
 # No `from __future__ import annotations`: ninja reads the endpoint annotations at runtime.

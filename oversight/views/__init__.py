@@ -11,25 +11,21 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.decorators import login_not_required, permission_required
+from django.contrib.auth.decorators import permission_required
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.paginator import Paginator
-from django.db import connection
 from django.db.models import Count
 from django.http import (
     FileResponse,
     Http404,
-    HttpRequest,
     HttpResponse,
     HttpResponseServerError,
-    JsonResponse,
 )
 from django.shortcuts import render
 from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.utils.http import urlencode
-from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from accounts import roles
@@ -40,9 +36,7 @@ from audit.checkpoints import latest_checkpoint, verify_anchored_chain
 from audit.export import export_case_bundle
 from audit.models import AuditEvent
 from audit.signing import current_key_id, public_keys
-from execution.models import WorkerHeartbeat
 from oversight.api import EXPORT_AUDIT
-from oversight.dispatch import broker_status
 from oversight.queries import inbox_for
 from planning import rules
 from planning.models import Case, CaseStatus
@@ -407,50 +401,3 @@ def public_key_download(request: HtmxHttpRequest, key_id: str) -> HttpResponse:
     response = HttpResponse(f"{raw.hex()}\n", content_type="text/plain; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="casehub-audit-key-{key_id}.pub"'
     return response
-
-
-def _database_status() -> dict[str, object]:
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-            cursor.fetchone()
-    except Exception as exc:
-        return {"ok": False, "vendor": connection.vendor, "error": type(exc).__name__}
-    return {"ok": True, "vendor": connection.vendor}
-
-
-def _worker_status() -> dict[str, object]:
-    stale_after = timedelta(seconds=settings.CASEHUB_HEARTBEAT_STALE_S)
-    try:
-        beats = list(WorkerHeartbeat.objects.order_by("-last_seen")[:20])
-    except Exception as exc:
-        return {"ok": False, "workers": [], "error": type(exc).__name__}
-    now = timezone.now()
-    alive = [b for b in beats if now - b.last_seen <= stale_after]
-    return {
-        "ok": bool(alive),
-        "alive": len(alive),
-        "workers": [
-            {
-                "hostname": b.hostname,
-                "last_seen": b.last_seen.isoformat(),
-                "age_s": round((now - b.last_seen).total_seconds(), 1),
-            }
-            for b in beats
-        ],
-    }
-
-
-@never_cache
-@login_not_required
-@require_GET
-def health(request: HttpRequest) -> JsonResponse:
-    """Report database, broker and worker heartbeat; 200 when all are healthy, else 503."""
-    checks = {
-        "database": _database_status(),
-        "broker": broker_status(),
-        "worker": _worker_status(),
-    }
-    healthy = all(check["ok"] for check in checks.values())
-    body = {"status": "ok" if healthy else "degraded", **checks}
-    return JsonResponse(body, status=200 if healthy else 503)

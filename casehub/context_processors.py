@@ -12,7 +12,8 @@ from django.urls import reverse
 
 from accounts.roles import ROLES
 from execution.models import ExecutionControl, WorkItem
-from oversight.queries import inbox_for, unread_notifications, work_items_for
+from execution.queries import work_items_for
+from oversight.queries import inbox_for, unread_notifications
 from planning import rules
 from planning.promotion.actions import can_view_methods
 

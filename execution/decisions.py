@@ -1,0 +1,47 @@
+"""What execution does once a gate is decided: `on_gate_decided` is oversight's
+`CASEHUB_GATE_DECIDED_HOOKS` entry, called in the deciding transaction."""
+
+from __future__ import annotations
+
+from execution.cases import finish_if_done
+from execution.claiming import start_execution
+from execution.common import RUNNING_CASE_STATUSES
+from execution.ending import on_escalation_rejected, on_step_approved
+from execution.replanning import before_start
+from oversight.actions.gates import rejection_reason
+from oversight.models import Gate, GateDecision, GateKind, GateStatus
+from planning.models import CaseStatus
+from planning.versions import is_replan
+
+
+def on_gate_decided(gate: Gate, decision: GateDecision) -> None:
+    """Start, resume or end steps as the decision of `gate` lets them.
+
+    An approved plan gate that approved its case starts execution (carrying over, for a
+    re-planned version, what the earlier version's steps did meanwhile); an approved step or
+    escalation gate lets its step run; a rejected escalation fails its step for good.
+    """
+    case = gate.case
+    actor = decision.decider
+    if gate.status == GateStatus.REJECTED:
+        if (
+            gate.kind == GateKind.ESCALATION
+            and gate.node is not None
+            and case.status in RUNNING_CASE_STATUSES
+        ):
+            why = f"escalation {rejection_reason(decision)}"
+            on_escalation_rejected(gate, actor=actor, why=why)
+        return
+    if gate.status != GateStatus.APPROVED:
+        return
+    if gate.kind == GateKind.PLAN:
+        if case.status == CaseStatus.APPROVED:
+            before_start(gate.version)
+            start_execution(case, actor=actor)
+            if is_replan(gate.version):
+                # Every step may have ended already (kept from the earlier version).
+                finish_if_done(case)
+    elif gate.node is not None:
+        on_step_approved(gate, actor=actor)
+    elif gate.kind == GateKind.ESCALATION and case.status in RUNNING_CASE_STATUSES:
+        finish_if_done(case)
