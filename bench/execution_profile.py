@@ -83,11 +83,11 @@ def install(var_dir: Path) -> None:
     phases = (
         "execute_leaf",
         "claim_leaf",
-        "_take",
+        "take_leaf",
         "_approval_problem",
         "_routing",
         "complete_leaf",
-        "_release",
+        "mark_ready",
         "_claim_next",
         "finish_if_done",
         "record_outcome",

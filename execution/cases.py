@@ -50,7 +50,7 @@ def finish_if_done(case: Case) -> str | None:
     if verdict.passed and verdict.judge:
         _await_judge(case, checks=verdict.checks, judge=verdict.judge)
         return case.status
-    _end_case(
+    end_case(
         case,
         CaseStatus.COMPLETED if verdict.passed else CaseStatus.FAILED,
         reasons=list(verdict.reasons),
@@ -90,7 +90,7 @@ _ENDED: Mapping[str, str] = {
 }
 
 
-def _end_case(
+def end_case(
     case: Case, status: str, *, reasons: Sequence[str], checks: Sequence[str] = ()
 ) -> None:
     before = case.status

@@ -72,7 +72,7 @@ def release_ready(
     the caller. `stopped` is the stop switch when the caller read it already. Returns their ids.
     """
     case = case if case is not None else version.case
-    ready = _release(version, candidates=candidates, case=case)
+    ready = mark_ready(version, candidates=candidates, case=case)
     if ready and announce:
         append_event(
             "execution.leaves.ready",
@@ -89,7 +89,7 @@ def release_ready(
     return [n.pk for n in ready]
 
 
-def _release(
+def mark_ready(
     version: PlanVersion, *, candidates: Iterable[int] | None, case: Case
 ) -> list[PlanNode]:
     """Make the candidates whose dependencies all succeeded `ready` (locked, in id order)."""
@@ -242,7 +242,7 @@ def _claim(node_id: int, worker: str) -> Claim | str:
         raise ClaimRefused(f"the case is {case.status}")
     if node.stopped:
         raise ClaimRefused("execution is stopped")
-    taken = _take(node, case, worker)
+    taken = take_leaf(node, case, worker)
     if isinstance(taken, str):
         return taken
     if case.status == CaseStatus.APPROVED:
@@ -252,12 +252,12 @@ def _claim(node_id: int, worker: str) -> Claim | str:
         "execution.leaf.claimed",
         actor=node.agent or None,
         chain=case_chain(case.pk),
-        data=_claim_data(taken, worker),
+        data=claim_data(taken, worker),
     )
     return taken
 
 
-def _claim_data(claim: Claim, worker: str) -> dict[str, Any]:
+def claim_data(claim: Claim, worker: str) -> dict[str, Any]:
     return {
         "node": claim.key,
         "attempt": claim.attempt,
@@ -268,7 +268,7 @@ def _claim_data(claim: Claim, worker: str) -> dict[str, Any]:
     }
 
 
-def _take(node: PlanNode, case: Case, worker: str) -> Claim | str:
+def take_leaf(node: PlanNode, case: Case, worker: str) -> Claim | str:
     """Claim a locked `ready` leaf of a running case: approvals, routing, then `running`.
 
     Returns the claim, or why the leaf may not run now (its state, waiting for a new approval

@@ -67,38 +67,38 @@ class ErrorClass:
 # Settings (env-driven in casehub/settings.py) ----------------------------------------------------
 
 
-def _setting(name: str, default: float) -> float:
+def leaf_setting(name: str, default: float) -> float:
     return float(getattr(settings, name, default))
 
 
 def lease_s() -> float:
-    return _setting("CASEHUB_LEAF_LEASE_S", 30)
+    return leaf_setting("CASEHUB_LEAF_LEASE_S", 30)
 
 
 def soft_limit_s() -> float:
-    return _setting("CASEHUB_LEAF_SOFT_LIMIT_S", 120)
+    return leaf_setting("CASEHUB_LEAF_SOFT_LIMIT_S", 120)
 
 
 def hard_limit_s() -> float:
-    return _setting("CASEHUB_LEAF_HARD_LIMIT_S", 180)
+    return leaf_setting("CASEHUB_LEAF_HARD_LIMIT_S", 180)
 
 
 def max_attempts() -> int:
-    return int(_setting("CASEHUB_LEAF_MAX_ATTEMPTS", 3))
+    return int(leaf_setting("CASEHUB_LEAF_MAX_ATTEMPTS", 3))
 
 
 def max_deliveries() -> int:
-    return int(_setting("CASEHUB_LEAF_MAX_DELIVERIES", 3))
+    return int(leaf_setting("CASEHUB_LEAF_MAX_DELIVERIES", 3))
 
 
 def redispatch_after_s() -> float:
-    return _setting("CASEHUB_LEAF_REDISPATCH_AFTER_S", 30)
+    return leaf_setting("CASEHUB_LEAF_REDISPATCH_AFTER_S", 30)
 
 
 def retry_delay_s(attempt: int, *, rng: random.Random | None = None) -> float:
     """Return the wait before retry number `attempt` (1-based): full jitter, capped."""
-    base = _setting("CASEHUB_LEAF_RETRY_BASE_S", 2)
-    cap = _setting("CASEHUB_LEAF_RETRY_MAX_S", 60)
+    base = leaf_setting("CASEHUB_LEAF_RETRY_BASE_S", 2)
+    cap = leaf_setting("CASEHUB_LEAF_RETRY_MAX_S", 60)
     return (rng or random).uniform(0, min(cap, base * 2 ** (attempt - 1)))
 
 
@@ -203,14 +203,14 @@ def set_stopped(*, stopped: bool, user: User, reason: str = "") -> ExecutionCont
         for node_id in PlanNode.objects.filter(status=NodeStatus.READY).values_list(
             "pk", flat=True
         ):
-            _send(node_id)
+            send_leaf(node_id)
     return control
 
 
 # Starting and releasing -------------------------------------------------------------------------
 
 
-def _send(node_id: int, *, countdown: float | None = None) -> None:
+def send_leaf(node_id: int, *, countdown: float | None = None) -> None:
     PlanNode.objects.filter(pk=node_id).update(enqueued_at=timezone.now())
     dispatch.enqueue_leaf(node_id, countdown=countdown)
 

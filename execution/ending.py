@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from audit.chain import append_event, case_chain
 from execution import dispatch
-from execution.cases import _end_case, finish_if_done
-from execution.claiming import _claim_data, _release, _take, release_ready
+from execution.cases import end_case, finish_if_done
+from execution.claiming import claim_data, mark_ready, release_ready, take_leaf
 from execution.common import (
     LEAF,
     OPEN_LEAF_STATUSES,
@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 # Ending ----------------------------------------------------------------------------------------
 
 
-def _locked_attempt(node_id: int, attempt: int, *, share: bool = False) -> tuple[PlanNode, Case]:
+def locked_attempt(node_id: int, attempt: int, *, share: bool = False) -> tuple[PlanNode, Case]:
     """Lock a running attempt's leaf and its case; raise StaleResult when it lost the leaf.
 
     `share` takes the case row FOR SHARE rather than FOR UPDATE: completions of one case then run
@@ -122,7 +122,7 @@ def _dependents(node: PlanNode) -> list[int]:
     return list(_dependents_by_key(node.version_id, node.version.created_at).get(node.key, ()))
 
 
-def _end_attempt(node: PlanNode, attempt: int, outcome: str, **fields: str) -> None:
+def end_attempt(node: PlanNode, attempt: int, outcome: str, **fields: str) -> None:
     LeafAttempt.objects.filter(node=node, number=attempt).update(
         outcome=outcome, finished_at=timezone.now(), **fields
     )
@@ -154,7 +154,7 @@ def _complete(
     node_id: int, attempt: int, output: Mapping[str, Any], *, kind: str, keep: int, worker: str
 ) -> Ended:
     with transaction.atomic():
-        node, case = _locked_attempt(node_id, attempt, share=True)
+        node, case = locked_attempt(node_id, attempt, share=True)
         now = timezone.now()
         chain = case_chain(case.pk)
         cancelled = case.status not in RUNNING_CASE_STATUSES
@@ -162,7 +162,7 @@ def _complete(
             PlanNode.objects.filter(pk=node.pk).update(
                 status=NodeStatus.CANCELLED, finished_at=now, lease_until=None
             )
-            _end_attempt(node, attempt, LeafAttempt.Outcome.CANCELLED)
+            end_attempt(node, attempt, LeafAttempt.Outcome.CANCELLED)
             append_event(
                 "execution.leaf.cancelled",
                 actor=node.agent or None,
@@ -180,9 +180,11 @@ def _complete(
             error_class="",
             finished_after_cancel=cancelled,
         )
-        _end_attempt(node, attempt, LeafAttempt.Outcome.SUCCEEDED)
+        end_attempt(node, attempt, LeafAttempt.Outcome.SUCCEEDED)
         stopped = bool(node.stopped)  # type: ignore[attr-defined]
-        ready = [] if cancelled else _release(node.version, candidates=_dependents(node), case=case)
+        ready = (
+            [] if cancelled else mark_ready(node.version, candidates=_dependents(node), case=case)
+        )
         released = [n.key for n in ready]
         claimed = (
             _claim_next(node, case, ready[:keep], worker)
@@ -207,7 +209,7 @@ def _complete(
         }
         if claimed is not None:
             # This worker runs it next: its claim is audited here, not in an event of its own.
-            data["claimed"] = _claim_data(claimed, worker)
+            data["claimed"] = claim_data(claimed, worker)
         append_event("execution.leaf.succeeded", actor=node.agent or None, chain=chain, data=data)
         # The chain head is held from here to the commit: a completion that ends after this one
         # waits for it and sees it, so the last one to end sees nothing open and ends the case.
@@ -241,7 +243,7 @@ def _claim_next(node: PlanNode, case: Case, kept: Sequence[PlanNode], worker: st
     if nxt is None:
         return None
     nxt.version = node.version
-    taken = _take(nxt, case, worker)
+    taken = take_leaf(nxt, case, worker)
     return taken if isinstance(taken, Claim) else None
 
 
@@ -266,20 +268,20 @@ def fail_leaf(node_id: int, attempt: int, *, error_class: str, error: str) -> En
     """
     try:
         with transaction.atomic():
-            node, case = _locked_attempt(node_id, attempt)
-            return _apply_failure(node, case, attempt, error_class=error_class, error=error)
+            node, case = locked_attempt(node_id, attempt)
+            return apply_failure(node, case, attempt, error_class=error_class, error=error)
     except StaleResult as exc:
         record_stale(exc)
         raise
 
 
-def _apply_failure(
+def apply_failure(
     node: PlanNode, case: Case, attempt: int, *, error_class: str, error: str
 ) -> Ended:
     now = timezone.now()
     chain = case_chain(case.pk)
     error = error[:4000]
-    _end_attempt(node, attempt, LeafAttempt.Outcome.FAILED, error_class=error_class, error=error)
+    end_attempt(node, attempt, LeafAttempt.Outcome.FAILED, error_class=error_class, error=error)
     record_outcome(node.agent, "failed", now=now)
     policy = node.failure_policy or "abort"
     append_event(
@@ -322,7 +324,7 @@ def _apply_failure(
         fail_and_block(node, why=why, actor=None)
     elif policy == "abort":
         fail_and_block(node, why=why, actor=None)
-        _end_case(case, CaseStatus.FAILED, reasons=[f"step {why}; failure policy abort"])
+        end_case(case, CaseStatus.FAILED, reasons=[f"step {why}; failure policy abort"])
         return Ended(node_id=node.pk, status=NodeStatus.FAILED)
     elif policy == "replan" and _replan(node, case, why):
         return Ended(node_id=node.pk, status=NodeStatus.FAILED)
@@ -379,7 +381,7 @@ def stop_at_safe_point(claim: Claim, *, why: str, cancelled: bool) -> Ended:
     """End an attempt that stopped at a safe point: `cancelled`, or `ready` again after a stop."""
     with transaction.atomic():
         try:
-            node, case = _locked_attempt(claim.node_id, claim.attempt)
+            node, case = locked_attempt(claim.node_id, claim.attempt)
         except StaleResult:
             # Its result is not refused: it has none. The new holder carries on.
             return Ended(node_id=claim.node_id, status="stale")
@@ -389,14 +391,14 @@ def stop_at_safe_point(claim: Claim, *, why: str, cancelled: bool) -> Ended:
             PlanNode.objects.filter(pk=node.pk).update(
                 status=status, finished_at=now, lease_until=None
             )
-            _end_attempt(node, claim.attempt, LeafAttempt.Outcome.CANCELLED)
+            end_attempt(node, claim.attempt, LeafAttempt.Outcome.CANCELLED)
         else:
             # Stopped before any effect: the next claim (after resume) runs it with the same key.
             status = NodeStatus.READY
             PlanNode.objects.filter(pk=node.pk).update(
                 status=status, lease_until=None, enqueued_at=now
             )
-            _end_attempt(node, claim.attempt, LeafAttempt.Outcome.CANCELLED, error=why)
+            end_attempt(node, claim.attempt, LeafAttempt.Outcome.CANCELLED, error=why)
         append_event(
             "execution.leaf.stopped",
             chain=case_chain(case.pk),

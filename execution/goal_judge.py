@@ -227,12 +227,12 @@ def judge_messages(case: Case, nodes: Iterable[PlanNode]) -> list[dict[str, str]
 
 def record_answer(case: Case, answer: JudgeAnswer) -> None:
     """Record the judge's calls and its verdict in the caller's transaction (L9)."""
-    from planning.actions import _record_calls
+    from planning.actions import record_calls
 
     verdict = answer.verdict
     batch = [dataclasses.replace(r, schema_name=PURPOSE) for r in answer.records]
     if batch:
-        _record_calls(case, batch)
+        record_calls(case, batch)
     append_event(
         "execution.goal.judged",
         chain=case_chain(case.pk),

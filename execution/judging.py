@@ -23,7 +23,7 @@ from django.utils import timezone
 from audit.chain import append_event, case_chain
 from audit.models import AuditEvent
 from execution import dispatch
-from execution.cases import _end_case
+from execution.cases import end_case
 from execution.common import (
     LEAF,
     REDISPATCH_BATCH,
@@ -119,7 +119,7 @@ def end_judged_case(case_id: int, answer: JudgeAnswer) -> str:
         )
         return case.status
     verification = case.verification if isinstance(case.verification, dict) else {}
-    _end_case(
+    end_case(
         case,
         CaseStatus.COMPLETED if judgement.reached else CaseStatus.FAILED,
         reasons=list(judgement.problems),
@@ -158,7 +158,7 @@ def resend_goal_judges(now: datetime | None = None) -> tuple[list[int], list[int
             lost = case.judge_lease_until is not None
             if lost and taken >= max_deliveries():
                 verification = case.verification if isinstance(case.verification, dict) else {}
-                _end_case(
+                end_case(
                     case,
                     CaseStatus.FAILED,
                     reasons=[

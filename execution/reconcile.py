@@ -18,13 +18,13 @@ from execution.common import (
     REDISPATCH_BATCH,
     RUNNING_CASE_STATUSES,
     ErrorClass,
-    _send,
     hard_limit_s,
     is_stopped,
     max_deliveries,
     redispatch_after_s,
+    send_leaf,
 )
-from execution.ending import _apply_failure, _end_attempt
+from execution.ending import apply_failure, end_attempt
 from execution.judging import resend_goal_judges
 from execution.models import LeafAttempt
 from oversight.models import OPEN_GATE_STATUSES, Gate
@@ -87,7 +87,7 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
             PlanNode.objects.filter(pk=pk).update(status=NodeStatus.READY, next_attempt_at=None)
             retried.append(pk)
             if not stopped:
-                _send(pk)
+                send_leaf(pk)
     if not stopped:
         stale_before = now - timedelta(seconds=redispatch_after_s())
         with transaction.atomic():
@@ -101,7 +101,7 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
                 .values_list("pk", flat=True)[:REDISPATCH_BATCH]
             )
             for pk in lost:
-                _send(pk)
+                send_leaf(pk)
                 resent.append(pk)
     with transaction.atomic():
         expired = list(
@@ -125,11 +125,11 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
                 PlanNode.objects.filter(pk=node.pk).update(
                     status=NodeStatus.CANCELLED, lease_until=None, finished_at=now
                 )
-                _end_attempt(node, attempt, LeafAttempt.Outcome.LOST)
+                end_attempt(node, attempt, LeafAttempt.Outcome.LOST)
                 continue
             if held >= hard_limit_s():
                 timed_out.append(node.pk)
-                _apply_failure(
+                apply_failure(
                     node,
                     case,
                     attempt,
@@ -137,7 +137,7 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
                     error=f"no result within the hard time limit of {hard_limit_s():g} s",
                 )
                 continue
-            _end_attempt(node, attempt, LeafAttempt.Outcome.LOST, error="lease expired")
+            end_attempt(node, attempt, LeafAttempt.Outcome.LOST, error="lease expired")
             if attempt >= max_deliveries():
                 dead.append(node.pk)
                 PlanNode.objects.filter(pk=node.pk).update(
@@ -174,7 +174,7 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
                 },
             )
             if not stopped:
-                _send(node.pk)
+                send_leaf(node.pk)
     finished = _finish_forgotten_cases()
     judges_resent, judges_failed = resend_goal_judges(now)
     return Reconciled(

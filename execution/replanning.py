@@ -37,7 +37,7 @@ from django.conf import settings
 from audit.chain import append_event, case_chain
 from oversight.actions.gates import open_gates, void_open_gates
 from oversight.models import Gate, GateKind, GateStatus
-from planning.actions import _limits as plan_limits
+from planning.actions import plan_limits
 from planning.catalogue import all_tool_specs, current_catalogue, enabled_pack
 from planning.core.dag import DagPlan
 from planning.core.diff import diff_plans

@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 def open_work_item(claim: Claim, *, group_name: str) -> WorkItem:
     """Give a running human leaf to its group as a work item (the leaf waits for it)."""
-    from oversight.actions.gates import _group, active_policy
+    from oversight.actions.gates import active_policy, role_group
 
     _, policy = active_policy()
     with transaction.atomic():
@@ -44,11 +44,11 @@ def open_work_item(claim: Claim, *, group_name: str) -> WorkItem:
             attempt=claim.attempt,
             defaults={
                 "case_id": claim.case_id,
-                "group": _group(group_name),
+                "group": role_group(group_name),
                 "created_at": now,
                 "deadline": now + timedelta(hours=policy.gate_hours),
                 "remind_at": now + timedelta(hours=policy.gate_hours) / 2,
-                "escalation_group": _group(policy.escalation_group),
+                "escalation_group": role_group(policy.escalation_group),
             },
         )
         # A person takes hours, not seconds: no lease to expire while the item is open.
@@ -207,7 +207,7 @@ def sweep_work_items(now: datetime | None = None) -> dict[str, int]:
       by default), whose members may complete it from then on; the item shows as overdue.
     Each step happens once per item. Returns how many items took each step.
     """
-    from oversight.actions.gates import _group, active_policy
+    from oversight.actions.gates import active_policy, role_group
 
     now = now or timezone.now()
     _, policy = active_policy()
@@ -217,7 +217,7 @@ def sweep_work_items(now: datetime | None = None) -> dict[str, int]:
     def escalation(item: WorkItem) -> dict[str, Any]:
         nonlocal today
         if item.escalation_group is None and today is None:
-            today = _group(policy.escalation_group)
+            today = role_group(policy.escalation_group)
         return {"escalated_at": now, "escalation_group": item.escalation_group or today}
 
     reminded = _sweep_step(

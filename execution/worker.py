@@ -19,20 +19,20 @@ from execution.common import (
     ErrorClass,
     LeafStopped,
     StaleResult,
-    _send,
-    _setting,
     hard_limit_s,
     is_stopped,
+    leaf_setting,
     lease_s,
     max_deliveries,
+    send_leaf,
     soft_limit_s,
 )
 from execution.ending import (
-    _apply_failure,
-    _end_attempt,
-    _locked_attempt,
+    apply_failure,
     complete_leaf,
+    end_attempt,
     fail_leaf,
+    locked_attempt,
     stop_at_safe_point,
 )
 from execution.models import LeafAttempt
@@ -145,14 +145,14 @@ def _lost_database(claim: Claim, exc: BaseException) -> Ended:
     def requeue() -> Ended:
         with transaction.atomic():
             try:
-                node, case = _locked_attempt(claim.node_id, claim.attempt)
+                node, case = locked_attempt(claim.node_id, claim.attempt)
             except StaleResult:
                 return Ended(node_id=claim.node_id, status="stale")
             if node.attempts >= max_deliveries():
-                return _apply_failure(
+                return apply_failure(
                     node, case, claim.attempt, error_class=ErrorClass.TRANSIENT, error=why
                 )
-            _end_attempt(node, claim.attempt, LeafAttempt.Outcome.LOST, error=why)
+            end_attempt(node, claim.attempt, LeafAttempt.Outcome.LOST, error=why)
             PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.READY, lease_until=None)
             append_event(
                 "execution.leaf.recovered",
@@ -160,7 +160,7 @@ def _lost_database(claim: Claim, exc: BaseException) -> Ended:
                 data={"node": node.key, "attempt": claim.attempt, "why": why},
             )
             if not is_stopped():
-                _send(node.pk)
+                send_leaf(node.pk)
             return Ended(node_id=node.pk, status=NodeStatus.READY)
 
     return _with_database_retry(requeue, what="handing a leaf back")
@@ -169,7 +169,7 @@ def _lost_database(claim: Claim, exc: BaseException) -> Ended:
 def inline_s() -> float:
     """Return how long one task keeps running further leaves on its worker before it hands
     the rest back to the queue (other cases' messages wait behind it meanwhile)."""
-    return min(_setting("CASEHUB_LEAF_INLINE_S", 10), hard_limit_s())
+    return min(leaf_setting("CASEHUB_LEAF_INLINE_S", 10), hard_limit_s())
 
 
 def execute_leaf(node_id: int, *, worker: str) -> list[str]:

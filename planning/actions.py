@@ -273,7 +273,7 @@ def materialise_plan(case_id: int) -> MaterialiseResult:
             plan = request.strategy.plan(request.goal, request.state)
         finally:
             request.close()
-        validate_plan(plan, current_catalogue(), _limits())
+        validate_plan(plan, current_catalogue(), plan_limits())
         plan = with_tool_risks(plan, {name: spec.risk for name, spec in all_tool_specs().items()})
     except (PlanningError, PlanningUnavailable, pydantic.ValidationError) as exc:
         return _fail_planning(case_id, _reason(exc), calls.records, cache)
@@ -304,7 +304,7 @@ def _claim_planning(case_id: int) -> str | None:
     return None
 
 
-def _limits() -> PlanLimits:
+def plan_limits() -> PlanLimits:
     return PlanLimits(
         max_leaves=settings.CASEHUB_PLAN_MAX_LEAVES,
         max_fan_out=settings.CASEHUB_PLAN_MAX_FANOUT,
@@ -318,7 +318,7 @@ def _reason(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _record_calls(case: Case, records: list[LlmCallRecord]) -> None:
+def record_calls(case: Case, records: list[LlmCallRecord]) -> None:
     rows = LlmCall.objects.bulk_create(
         [
             LlmCall(
@@ -359,7 +359,7 @@ def _finish_run(
     case: Case, records: list[LlmCallRecord], cache: DatabaseDecompositionCache
 ) -> str | None:
     # A run's LLM calls are recorded even when another run already finished the case (L9).
-    _record_calls(case, records)
+    record_calls(case, records)
     cache.flush()
     if case.status != CaseStatus.PLANNING:
         return f"the case is {case.status}, not planning"

@@ -59,7 +59,7 @@ class Verdict:
 # Schemas -----------------------------------------------------------------------------------
 
 
-def _schemas() -> dict[str, type[BaseModel]]:
+def output_schemas() -> dict[str, type[BaseModel]]:
     """Return every pydantic model a pack's tools name, by class name (expected outputs)."""
     found: dict[str, type[BaseModel]] = {}
     for pack in registered_packs().values():
@@ -77,7 +77,7 @@ def check_output(node: PlanNode, output: Mapping[str, Any]) -> dict[str, Any]:
     """
     if not isinstance(output, Mapping):
         raise LeafError(ErrorClass.OUTPUT_INVALID, "the output is not a JSON object")
-    model = _schemas().get(node.expected_output) if node.expected_output else None
+    model = output_schemas().get(node.expected_output) if node.expected_output else None
     if model is None:
         return dict(output)
     try:

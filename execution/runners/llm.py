@@ -127,9 +127,9 @@ class _AnswerFormat:
 
 
 def _answer_format(node: PlanNode) -> _AnswerFormat:
-    from execution.runners import _schemas
+    from execution.runners import output_schemas
 
-    model = _schemas().get(node.expected_output) if node.expected_output else None
+    model = output_schemas().get(node.expected_output) if node.expected_output else None
     if model is None:
         return _AnswerFormat("result", None, _json_object)
     return _AnswerFormat(model.__name__, strict_json_schema(model), _validator(model))
@@ -288,14 +288,14 @@ class _Conversation:
         result: LlmToolsResult[dict[str, Any]] | None,
     ) -> None:
         """Record and audit the calls of one round in a transaction of their own (L9)."""
-        from planning.actions import _record_calls
+        from planning.actions import record_calls
 
         batch = [dataclasses.replace(r, schema_name=PURPOSE) for r in self.records]
         self.records.clear()
         if not batch:
             return
         with transaction.atomic():
-            _record_calls(self.case, batch)
+            record_calls(self.case, batch)
             append_event(
                 "execution.llm.round",
                 actor=self.agent.slug,

@@ -27,7 +27,7 @@ from oversight.actions.gates import (
 )
 from oversight.models import Gate, GateKind, GateStatus
 from planning import rules
-from planning.actions import _limits as plan_limits
+from planning.actions import plan_limits
 from planning.catalogue import all_tool_specs, current_catalogue
 from planning.core.dag import DagPlan
 from planning.core.diff import PlanDiff, diff_plans, node_data

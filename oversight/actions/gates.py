@@ -139,7 +139,7 @@ def _depth(node: PlanNode) -> int:
         return 1_000
 
 
-def _group(name: str) -> Group:
+def role_group(name: str) -> Group:
     group, _ = Group.objects.get_or_create(name=name)
     return group
 
@@ -175,8 +175,8 @@ def open_gates(version: PlanVersion, *, carried: dict[str, Gate] | None = None) 
     now = timezone.now()
     deadline = now + timedelta(hours=policy.gate_hours)
     remind_at = now + timedelta(hours=policy.gate_hours) / 2
-    approvers = _group(policy.approver_group)
-    escalation = _group(policy.escalation_group)
+    approvers = role_group(policy.approver_group)
+    escalation = role_group(policy.escalation_group)
     leaves = list(PlanNode.objects.filter(version=version, kind=PlanNode.Kind.LEAF))
     classifications: dict[str, Classification] = {
         facts.key: classify(facts, policy) for facts in leaf_facts(leaves)
@@ -761,8 +761,8 @@ def open_escalation_gate(
         reason=reason,
         reasons=[{"classifier": "escalation", "detail": reason, "level": risk}],
         risk=risk,
-        approver_group=_group(policy.escalation_group),
-        escalation_group=_group(policy.escalation_group),
+        approver_group=role_group(policy.escalation_group),
+        escalation_group=role_group(policy.escalation_group),
         content_hash=node.content_hash if node is not None else version.content_hash,
         policy_version=policy_version if policy_version.pk else None,
         opened_at=now,
