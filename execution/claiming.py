@@ -170,7 +170,7 @@ def _routing(node: PlanNode, planned: Agent | None, scores: list[TrustScore]) ->
     The planned agent's own trust is read first; the other candidates (and their load) only
     when it is not trusted enough or not available.
     """
-    from oversight.actions.gates import active_policy
+    from oversight.actions.gate_policy import active_policy
 
     _, policy = active_policy()
     threshold = policy.trust_threshold

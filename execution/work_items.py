@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 def open_work_item(claim: Claim, *, group_name: str) -> WorkItem:
     """Give a running human leaf to its group as a work item (the leaf waits for it)."""
-    from oversight.actions.gates import active_policy, role_group
+    from oversight.actions.gate_policy import active_policy, role_group
 
     _, policy = active_policy()
     with transaction.atomic():
@@ -207,7 +207,7 @@ def sweep_work_items(now: datetime | None = None) -> dict[str, int]:
       by default), whose members may complete it from then on; the item shows as overdue.
     Each step happens once per item. Returns how many items took each step.
     """
-    from oversight.actions.gates import active_policy, role_group
+    from oversight.actions.gate_policy import active_policy, role_group
 
     now = now or timezone.now()
     _, policy = active_policy()

@@ -18,7 +18,8 @@ from django.utils.html import format_html, format_html_join
 
 from accounts.tokens import revoke_api_tokens
 from audit.chain import SYSTEM_CHAIN, append_event
-from oversight.actions.gates import ReasonInvalid, active_policy
+from oversight.actions.gate_policy import active_policy
+from oversight.actions.gates import ReasonInvalid
 from oversight.actions.policies import (
     PolicyConflict,
     PolicyDenied,

@@ -11,7 +11,7 @@ from django.db import connection
 from accounts import users
 from accounts.denials import flush_denials
 from audit.checkpoints import write_checkpoints
-from oversight.actions import gates
+from oversight.actions import deadlines
 
 
 @shared_task(name="oversight.ping")
@@ -31,7 +31,7 @@ def write_audit_checkpoints() -> dict[str, object]:
 @shared_task(name="oversight.sweep_gates")
 def sweep_gates() -> dict[str, int]:
     """Remind, escalate and hold the gates past their deadlines (never approve by time)."""
-    return gates.sweep_gates()
+    return deadlines.sweep_gates()
 
 
 @shared_task(name="oversight.flush_access_denials")

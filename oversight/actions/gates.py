@@ -1,4 +1,5 @@
-"""Gates: open them when a plan version is stored, decide them, sweep them past their deadline.
+"""Gates: open them when a plan version is stored, and decide them (deadlines.py sweeps them past
+their deadline; gate_policy.py reads the policy they apply).
 
 Every function here that changes state runs in one transaction that also writes the audit
 events. A denial (separation of duties, a wrong signature password) is recorded in a
@@ -8,22 +9,22 @@ transaction of its own, so the refusal is in the trail although nothing else cha
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from accounts.models import SigningState
 from audit.chain import SYSTEM_CHAIN, append_event, case_chain
 from oversight import notify
+from oversight.actions.gate_policy import active_policy, leaf_facts, role_group
 from oversight.models import (
     OPEN_GATE_STATUSES,
     Gate,
@@ -31,18 +32,15 @@ from oversight.models import (
     GateKind,
     GateRisk,
     GateStatus,
-    PolicyVersion,
     ReasonCode,
 )
-from oversight.policy import Classification, LeafFacts, PolicySettings, classify
+from oversight.policy import Classification, PolicySettings, classify
 from planning.models import (
-    Agent,
     Case,
     CaseStatus,
     NodeStatus,
     PlanNode,
     PlanVersion,
-    Tool,
 )
 from planning.versions import is_replan
 
@@ -74,74 +72,6 @@ class ReasonInvalid(ValueError):
         super().__init__(message)
         self.field = field
         self.message = message
-
-
-# Policy --------------------------------------------------------------------------------------
-
-
-def active_policy() -> tuple[PolicyVersion, PolicySettings]:
-    """Return the active policy version and its settings.
-
-    Falls back to the safe defaults (unsaved version 0) when the table has no active row, which
-    only a broken installation has; the gates then record no policy version.
-    """
-    version = PolicyVersion.objects.filter(status=PolicyVersion.Status.ACTIVE).first()
-    if version is None:
-        logger.error("no active gating policy version: the defaults apply")
-        return PolicyVersion(number=0, values={}), PolicySettings()
-    try:
-        return version, PolicySettings.from_data(version.values)
-    except ValueError:
-        logger.exception("policy version %s is unreadable: the defaults apply", version.number)
-        return version, PolicySettings()
-
-
-def leaf_facts(leaves: Sequence[PlanNode]) -> list[LeafFacts]:
-    """Gather what the server knows about each leaf: registered risk, agent trust, provenance.
-
-    Two queries whatever the number of leaves.
-    """
-    tools = dict(
-        Tool.objects.filter(name__in={n.tool for n in leaves if n.tool}).values_list("name", "risk")
-    )
-    trust = dict(
-        Agent.objects.filter(slug__in={n.agent for n in leaves}, enabled=True).values_list(
-            "slug", "trust"
-        )
-    )
-    return [
-        LeafFacts(
-            key=node.key,
-            agent=node.agent,
-            tool=node.tool or None,
-            tool_risk=tools.get(node.tool) if node.tool else None,
-            declared_risk=node.risk or None,
-            # Inputs that are not an object are still read for amounts (fail closed).
-            inputs=node.inputs if isinstance(node.inputs, dict) else {"inputs": node.inputs},
-            agent_trust=trust.get(node.agent),
-            strategy=str(_provenance(node).get("strategy", "")),
-            source=str(_provenance(node).get("source", "")),
-            depth=_depth(node),
-        )
-        for node in leaves
-    ]
-
-
-def _provenance(node: PlanNode) -> dict[str, Any]:
-    return node.provenance if isinstance(node.provenance, dict) else {}
-
-
-def _depth(node: PlanNode) -> int:
-    # A depth that cannot be read counts as deep: the provenance classifier then gates the step.
-    try:
-        return max(0, int(_provenance(node).get("depth", 0) or 0))
-    except (TypeError, ValueError):
-        return 1_000
-
-
-def role_group(name: str) -> Group:
-    group, _ = Group.objects.get_or_create(name=name)
-    return group
 
 
 # Opening gates -------------------------------------------------------------------------------
@@ -813,95 +743,12 @@ def bulk_approve(*, gate_ids: Iterable[int], user: User) -> list[Gate]:
         ]
 
 
-# Deadlines -----------------------------------------------------------------------------------
-
-
-def _sweep_step(query: Q, update: dict[str, Any], action: str, now: datetime) -> list[Gate]:
-    """Apply one deadline step to each due gate once, even with two schedulers at once.
-
-    Each gate is a transaction of its own: its event is appended first, so the sweep waits for
-    the case's chain head holding no other lock, and only then is the gate's row taken, SKIP
-    LOCKED and only if still due. It never waits for a row while holding one, so a decision, an
-    edit or a failing step of the case (which take the gate and the head in either order) cannot
-    deadlock with it. A gate another sweeper did, or that is held, rolls its event back.
-    """
-    done = []
-    due = list(
-        Gate.objects.select_related("case", "version", "node", "approver_group", "escalation_group")
-        .filter(query)
-        .order_by("deadline", "id")[:500]
-    )
-    for gate in due:
-        for name, value in update.items():
-            setattr(gate, name, value)
-        with transaction.atomic():
-            append_event(
-                action,
-                chain=case_chain(gate.case_id),
-                data={
-                    "gate": gate.pk,
-                    "kind": gate.kind,
-                    "deadline": gate.deadline.isoformat(),
-                    "time": now.isoformat(),
-                },
-            )
-            still_due = list(
-                Gate.objects.select_for_update(skip_locked=True, of=("self",))
-                .filter(Q(pk=gate.pk) & query)
-                .values_list("pk", flat=True)
-            )
-            if not still_due:
-                transaction.set_rollback(True)
-                continue
-            Gate.objects.filter(pk=gate.pk).update(**update)
-        done.append(gate)
-    return done
-
-
-def sweep_gates(now: datetime | None = None) -> dict[str, int]:
-    """Remind, escalate and hold the gates past their deadlines; never approve by time (R5).
-
-    - half-way to the deadline: a reminder to the approver group;
-    - at the deadline: escalation to the escalation group, who may decide from then on; the
-      deadline moves on by the policy's escalation period;
-    - at that deadline: the gate is `expired` — held; the case waits for a decision.
-    Returns how many gates took each step.
-    """
-    now = now or timezone.now()
-    _, policy = active_policy()
-    pending = Q(status=GateStatus.PENDING)
-    reminded = _sweep_step(
-        pending & Q(reminded_at__isnull=True, remind_at__lte=now),
-        {"reminded_at": now},
-        "oversight.gate.reminded",
-        now,
-    )
-    for gate in reminded:
-        notify.gate_reminder(gate)
-    escalated = _sweep_step(
-        pending & Q(escalated_at__isnull=True, deadline__lte=now),
-        {"escalated_at": now, "deadline": now + timedelta(hours=policy.escalation_hours)},
-        "oversight.gate.escalated",
-        now,
-    )
-    for gate in escalated:
-        notify.gate_escalated(gate)
-    held = _sweep_step(
-        pending & Q(escalated_at__isnull=False, deadline__lte=now),
-        {"status": GateStatus.EXPIRED, "held_at": now},
-        "oversight.gate.held",
-        now,
-    )
-    return {"reminded": len(reminded), "escalated": len(escalated), "held": len(held)}
-
-
 __all__ = [
     "DecisionDenied",
     "DecisionInput",
     "GateConflict",
     "ReasonInvalid",
     "SignatureRefused",
-    "active_policy",
     "bulk_approve",
     "can_decide",
     "check_reason",
@@ -910,6 +757,5 @@ __all__ = [
     "open_escalation_gate",
     "open_gates",
     "signature_meaning",
-    "sweep_gates",
     "void_open_gates",
 ]

@@ -78,7 +78,7 @@ def _require_admin(user: Someone, action: str, **data: Any) -> User:
 
 def _settings_of(version: PolicyVersion) -> PolicySettings:
     # A stored version was checked when it was proposed; an unreadable one is treated as the
-    # defaults, as the gates do (oversight.actions.gates.active_policy).
+    # defaults, as the gates do (oversight.actions.gate_policy.active_policy).
     try:
         return PolicySettings.from_data(version.values)
     except ValueError:

@@ -39,7 +39,7 @@ from accounts.models import PasswordResetRequest, SigningState
 from audit.models import AuditEvent
 from execution.actions import set_stopped
 from execution.models import TrustScore, WorkerHeartbeat, WorkItem
-from oversight.actions.gates import active_policy
+from oversight.actions.gate_policy import active_policy
 from oversight.actions.policies import propose_policy
 from oversight.forms import PolicyProposalForm
 from oversight.models import Gate, GateKind, GateRisk, ReasonCode

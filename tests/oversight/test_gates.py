@@ -18,7 +18,7 @@ from accounts import roles
 from accounts import tokens as api_tokens
 from audit.chain import case_chain, verify_chain
 from audit.models import AuditEvent
-from oversight.actions import gates
+from oversight.actions import deadlines, gates
 from oversight.actions.gates import DecisionInput
 from oversight.models import Gate, GateDecision, GateKind, GateStatus, Notification
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
@@ -406,17 +406,17 @@ def test_an_unattended_gate_is_reminded_escalated_and_held_never_approved() -> N
     supervisor = personas.make_user("sue", roles.SUPERVISOR)
     gate = _gate(case)
     opened = gate.opened_at
-    assert gates.sweep_gates(opened + timedelta(hours=1)) == {
+    assert deadlines.sweep_gates(opened + timedelta(hours=1)) == {
         "reminded": 0,
         "escalated": 0,
         "held": 0,
     }
-    assert gates.sweep_gates(opened + timedelta(hours=13))["reminded"] == 2
-    assert gates.sweep_gates(opened + timedelta(hours=25))["escalated"] == 2
+    assert deadlines.sweep_gates(opened + timedelta(hours=13))["reminded"] == 2
+    assert deadlines.sweep_gates(opened + timedelta(hours=25))["escalated"] == 2
     assert Notification.objects.filter(user=supervisor, kind="gate.escalated").exists()
-    assert gates.sweep_gates(opened + timedelta(hours=50))["held"] == 2
+    assert deadlines.sweep_gates(opened + timedelta(hours=50))["held"] == 2
     # Two schedulers, or a repeated run: nothing happens twice.
-    assert gates.sweep_gates(opened + timedelta(hours=80)) == {
+    assert deadlines.sweep_gates(opened + timedelta(hours=80)) == {
         "reminded": 0,
         "escalated": 0,
         "held": 0,
@@ -435,7 +435,7 @@ def test_an_unattended_gate_is_reminded_escalated_and_held_never_approved() -> N
 
 def test_a_sweep_before_any_deadline_changes_nothing() -> None:
     case = _invoice_case()
-    assert gates.sweep_gates(timezone.now()) == {"reminded": 0, "escalated": 0, "held": 0}
+    assert deadlines.sweep_gates(timezone.now()) == {"reminded": 0, "escalated": 0, "held": 0}
     assert not _events(case, "oversight.gate.reminded")
 
 
@@ -475,7 +475,7 @@ def test_two_schedulers_sweeping_at_once_record_each_step_once() -> None:
     def sweep(hours: int) -> None:
         try:
             barrier.wait()
-            results.append(gates.sweep_gates(opened + timedelta(hours=hours)))
+            results.append(deadlines.sweep_gates(opened + timedelta(hours=hours)))
         finally:
             connection.close()
 
@@ -504,7 +504,7 @@ def test_a_sweep_never_holds_a_gate_while_it_waits_for_the_cases_audit_chain() -
     results = sweep_while_the_chain_head_is_held(
         case.pk,
         "planning.plan.edited",
-        lambda: gates.sweep_gates(gate.remind_at + timedelta(seconds=1)),
+        lambda: deadlines.sweep_gates(gate.remind_at + timedelta(seconds=1)),
         lambda: Gate.objects.filter(case=case).update(status=GateStatus.VOID),
     )
     assert results == [{"reminded": 0, "escalated": 0, "held": 0}]  # void by then

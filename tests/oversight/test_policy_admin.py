@@ -17,7 +17,8 @@ from django.urls import reverse
 
 from audit.chain import SYSTEM_CHAIN, verify_chain
 from audit.models import AuditEvent
-from oversight.actions.gates import ReasonInvalid, active_policy
+from oversight.actions.gate_policy import active_policy
+from oversight.actions.gates import ReasonInvalid
 from oversight.actions.policies import (
     PolicyConflict,
     PolicyDenied,

@@ -1,0 +1,87 @@
+"""What the gating policy reads of the rows: the active policy version, the facts of each leaf it
+classifies, and the role groups that approve and take escalations."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from django.contrib.auth.models import Group
+
+from oversight.models import (
+    PolicyVersion,
+)
+from oversight.policy import LeafFacts, PolicySettings
+from planning.models import (
+    Agent,
+    PlanNode,
+    Tool,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def active_policy() -> tuple[PolicyVersion, PolicySettings]:
+    """Return the active policy version and its settings.
+
+    Falls back to the safe defaults (unsaved version 0) when the table has no active row, which
+    only a broken installation has; the gates then record no policy version.
+    """
+    version = PolicyVersion.objects.filter(status=PolicyVersion.Status.ACTIVE).first()
+    if version is None:
+        logger.error("no active gating policy version: the defaults apply")
+        return PolicyVersion(number=0, values={}), PolicySettings()
+    try:
+        return version, PolicySettings.from_data(version.values)
+    except ValueError:
+        logger.exception("policy version %s is unreadable: the defaults apply", version.number)
+        return version, PolicySettings()
+
+
+def leaf_facts(leaves: Sequence[PlanNode]) -> list[LeafFacts]:
+    """Gather what the server knows about each leaf: registered risk, agent trust, provenance.
+
+    Two queries whatever the number of leaves.
+    """
+    tools = dict(
+        Tool.objects.filter(name__in={n.tool for n in leaves if n.tool}).values_list("name", "risk")
+    )
+    trust = dict(
+        Agent.objects.filter(slug__in={n.agent for n in leaves}, enabled=True).values_list(
+            "slug", "trust"
+        )
+    )
+    return [
+        LeafFacts(
+            key=node.key,
+            agent=node.agent,
+            tool=node.tool or None,
+            tool_risk=tools.get(node.tool) if node.tool else None,
+            declared_risk=node.risk or None,
+            # Inputs that are not an object are still read for amounts (fail closed).
+            inputs=node.inputs if isinstance(node.inputs, dict) else {"inputs": node.inputs},
+            agent_trust=trust.get(node.agent),
+            strategy=str(_provenance(node).get("strategy", "")),
+            source=str(_provenance(node).get("source", "")),
+            depth=_depth(node),
+        )
+        for node in leaves
+    ]
+
+
+def _provenance(node: PlanNode) -> dict[str, Any]:
+    return node.provenance if isinstance(node.provenance, dict) else {}
+
+
+def _depth(node: PlanNode) -> int:
+    # A depth that cannot be read counts as deep: the provenance classifier then gates the step.
+    try:
+        return max(0, int(_provenance(node).get("depth", 0) or 0))
+    except (TypeError, ValueError):
+        return 1_000
+
+
+def role_group(name: str) -> Group:
+    group, _ = Group.objects.get_or_create(name=name)
+    return group
