@@ -83,7 +83,7 @@ def _counts_and_role(request: HttpRequest) -> tuple[dict[str, int], str | None]:
     if user.has_perm("oversight.decide_gate") and not user.has_perm(rules.CONFIGURE):
         counts["inbox_count"] = _count_of(inbox_for(user))
     if rules.can_submit_cases(user) or user.has_perm("oversight.decide_gate"):
-        # Analysts and officers are the groups human steps go to (`runners.human_group`).
+        # Analysts and officers are the groups human steps go to (`runners.human.human_group`).
         counts["work_items_count"] = _count_of(
             work_items_for(user).filter(status=WorkItem.Status.OPEN)
         )

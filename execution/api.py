@@ -20,9 +20,9 @@ from pydantic import ConfigDict
 
 from accounts.roles import ADMIN
 from execution import actions as execution
+from execution.common import LeafError
 from execution.models import ExecutionControl, WorkItem
 from execution.queries import work_items_for
-from execution.runners import LeafError
 from oversight.queries import upstream_outputs_of
 from planning import rules
 from planning.api import (

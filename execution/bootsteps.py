@@ -33,6 +33,7 @@ class HeartbeatStep(bootsteps.StartStopStep):
             self.tref.cancel()
             self.tref = None
         try:
+            # The Celery app loads this step before Django is set up: the models come later.
             from execution.heartbeats import forget_worker
 
             forget_worker(hostname=worker.hostname)
@@ -42,6 +43,7 @@ class HeartbeatStep(bootsteps.StartStopStep):
     def _beat(self, hostname: str) -> None:
         from django.db import close_old_connections
 
+        # The Celery app loads this step before Django is set up: the models come later.
         from execution.heartbeats import record_worker_heartbeat
 
         try:

@@ -9,6 +9,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from accounts.roles import ADMIN, OFFICER, SUPERVISOR
 from audit.chain import append_event, case_chain
 from execution import dispatch
 from execution.common import (
@@ -17,8 +18,11 @@ from execution.common import (
     RUNNING_CASE_STATUSES,
     CaseNotRunning,
 )
+from execution.goal_judge import judge_time_limit_s
 from execution.models import WorkItem
+from execution.verdicts import verify_goal
 from oversight import notify
+from oversight.actions.gates import check_reason, void_open_gates
 from oversight.models import OPEN_GATE_STATUSES, Gate
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
 
@@ -44,8 +48,6 @@ def finish_if_done(case: Case) -> str | None:
         return None
     if Gate.objects.filter(version_id=version_id, status__in=OPEN_GATE_STATUSES).exists():
         return None
-    from execution.runners import verify_goal
-
     verdict = verify_goal(case)
     if verdict.passed and verdict.judge:
         _await_judge(case, checks=verdict.checks, judge=verdict.judge)
@@ -61,8 +63,6 @@ def finish_if_done(case: Case) -> str | None:
 
 def _await_judge(case: Case, *, checks: Sequence[str], judge: str) -> None:
     """Record that every leaf ended and the rules hold: the case waits for the goal judge."""
-    from execution.judging import task_time_limit_s
-
     before = case.status
     case.status = CaseStatus.VERIFYING
     case.judge_lease_until = None
@@ -80,7 +80,7 @@ def _await_judge(case: Case, *, checks: Sequence[str], judge: str) -> None:
             "after": {"status": case.status},
         },
     )
-    dispatch.enqueue_goal_judge(case.pk, time_limit_s=task_time_limit_s())
+    dispatch.enqueue_goal_judge(case.pk, time_limit_s=judge_time_limit_s())
 
 
 # The event of each way a case ends (codes spelt out for tests/audit).
@@ -105,8 +105,6 @@ def end_case(
     case.save(update_fields=["status", "finished_at", "verification", "updated_at"])
     if case.current_version_id is not None:
         cancel_open_leaves(case.current_version_id)
-        from oversight.actions.gates import void_open_gates
-
         void_open_gates(
             PlanVersion.objects.get(pk=case.current_version_id), why=f"the case is {status}"
         )
@@ -156,9 +154,6 @@ def cancel_case(*, case_id: int, user: User, reason_code: str, reason: str = "")
     """
     from django.core.exceptions import PermissionDenied
 
-    from accounts.roles import ADMIN, OFFICER, SUPERVISOR
-    from oversight.actions.gates import check_reason
-
     code = check_reason(reason_code, "cancel", required=True)
     case = Case.objects.select_for_update().get(pk=case_id)
     may = (
@@ -186,8 +181,6 @@ def cancel_case(*, case_id: int, user: User, reason_code: str, reason: str = "")
             version_id=case.current_version_id, kind=LEAF, status=NodeStatus.RUNNING
         ).count()
         cancel_open_leaves(case.current_version_id)
-        from oversight.actions.gates import void_open_gates
-
         void_open_gates(
             PlanVersion.objects.get(pk=case.current_version_id),
             why="the case was cancelled",
@@ -207,3 +200,28 @@ def cancel_case(*, case_id: int, user: User, reason_code: str, reason: str = "")
         },
     )
     return case
+
+
+def fail_and_block(node: PlanNode, *, why: str, actor: User | None) -> list[str]:
+    """Fail a leaf and block every leaf downstream of it; return the blocked keys."""
+    PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.FAILED)
+    depends = dict(
+        PlanNode.objects.filter(version_id=node.version_id, kind=LEAF).values_list(
+            "key", "depends_on"
+        )
+    )
+    blocked: set[str] = set()
+    frontier = {node.key}
+    while frontier:
+        frontier = {k for k, deps in depends.items() if set(deps) & frontier} - blocked
+        blocked |= frontier
+    PlanNode.objects.filter(
+        version_id=node.version_id, key__in=blocked, status__in=OPEN_LEAF_STATUSES
+    ).exclude(status=NodeStatus.RUNNING).update(status=NodeStatus.BLOCKED)
+    append_event(
+        "execution.leaf.failed",
+        actor=actor,
+        chain=case_chain(node.version.case_id),
+        data={"node": node.key, "why": why, "blocked": sorted(blocked)},
+    )
+    return sorted(blocked)

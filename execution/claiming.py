@@ -27,6 +27,8 @@ from execution.common import (
 )
 from execution.models import ExecutionControl, LeafAttempt, TrustScore
 from execution.trust_actions import effective_trust
+from oversight.actions.gate_policy import active_policy
+from oversight.actions.gates import open_escalation_gate, reopen_step_gate
 from oversight.models import Gate, GateKind, GateStatus
 from planning.models import Agent, Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
 
@@ -170,8 +172,6 @@ def _routing(node: PlanNode, planned: Agent | None, scores: list[TrustScore]) ->
     The planned agent's own trust is read first; the other candidates (and their load) only
     when it is not trusted enough or not available.
     """
-    from oversight.actions.gate_policy import active_policy
-
     _, policy = active_policy()
     threshold = policy.trust_threshold
     capabilities = list(planned.capabilities) if planned is not None else []
@@ -292,8 +292,6 @@ def take_leaf(node: PlanNode, case: Case, worker: str) -> Claim | str:
             chain=case_chain(case.pk),
             data={"node": node.key, "routing": routing.as_data()},
         )
-        from oversight.actions.gates import open_escalation_gate
-
         open_escalation_gate(
             node.version,
             node,
@@ -351,8 +349,6 @@ def _refuse_for_approval(node: PlanNode, case: Case, why: str) -> None:
         .first()
     )
     if step is not None and step.status == GateStatus.APPROVED:
-        from oversight.actions.gates import reopen_step_gate
-
         reopen_step_gate(step, why=why)
 
 

@@ -19,8 +19,6 @@ from planning.models import Agent, CaseStatus, NodeStatus, PlanNode, PlanVersion
 
 logger = logging.getLogger(__name__)
 
-logger = logging.getLogger(__name__)
-
 LEAF = PlanNode.Kind.LEAF
 # Leaves that have not ended: the case is not over while one of them remains.
 OPEN_LEAF_STATUSES = (
@@ -124,6 +122,22 @@ class LeafStopped(Exception):
     def __init__(self, why: str, *, cancelled: bool) -> None:
         super().__init__(why)
         self.cancelled = cancelled
+
+
+class LeafError(Exception):
+    """A leaf's attempt failed; `error_class` says how (transient errors may be retried)."""
+
+    def __init__(self, error_class: str, message: str) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+
+
+class LeafTimeLimit(Exception):
+    """The leaf ran past its soft time limit."""
+
+
+class WaitingForPerson(Exception):
+    """A human leaf handed to its group: it ends when the work item is completed."""
 
 
 class CaseNotRunning(Exception):

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from audit.chain import append_event, case_chain
 from execution import dispatch
-from execution.cases import end_case, finish_if_done
+from execution.cases import end_case, fail_and_block, finish_if_done
 from execution.claiming import claim_data, mark_ready, release_ready, take_leaf
 from execution.common import (
     LEAF,
@@ -31,6 +31,7 @@ from execution.common import (
 from execution.models import ExecutionControl, LeafAttempt
 from execution.replanning import replan_failed_leaf
 from execution.trust_actions import record_outcome
+from oversight.actions.gates import open_escalation_gate
 from oversight.models import OPEN_GATE_STATUSES, Gate
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
 
@@ -330,8 +331,6 @@ def apply_failure(
         return Ended(node_id=node.pk, status=NodeStatus.FAILED)
     else:
         PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.AWAITING_APPROVAL)
-        from oversight.actions.gates import open_escalation_gate
-
         open_escalation_gate(
             node.version,
             node,
@@ -350,31 +349,6 @@ def _send_retry(node_id: int, delay: float) -> None:
 def _replan(node: PlanNode, case: Case, why: str) -> bool:
     """Hand a failed leaf to re-planning; False when its case cannot be re-planned."""
     return bool(replan_failed_leaf(node=node, case=case, why=why))
-
-
-def fail_and_block(node: PlanNode, *, why: str, actor: User | None) -> list[str]:
-    """Fail a leaf and block every leaf downstream of it; return the blocked keys."""
-    PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.FAILED)
-    depends = dict(
-        PlanNode.objects.filter(version_id=node.version_id, kind=LEAF).values_list(
-            "key", "depends_on"
-        )
-    )
-    blocked: set[str] = set()
-    frontier = {node.key}
-    while frontier:
-        frontier = {k for k, deps in depends.items() if set(deps) & frontier} - blocked
-        blocked |= frontier
-    PlanNode.objects.filter(
-        version_id=node.version_id, key__in=blocked, status__in=OPEN_LEAF_STATUSES
-    ).exclude(status=NodeStatus.RUNNING).update(status=NodeStatus.BLOCKED)
-    append_event(
-        "execution.leaf.failed",
-        actor=actor,
-        chain=case_chain(node.version.case_id),
-        data={"node": node.key, "why": why, "blocked": sorted(blocked)},
-    )
-    return sorted(blocked)
 
 
 def stop_at_safe_point(claim: Claim, *, why: str, cancelled: bool) -> Ended:

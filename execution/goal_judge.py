@@ -1,10 +1,10 @@
 """The LLM goal judge: asked, where configured, whether a case whose steps ended reached its goal.
 
-Off unless `CASEHUB_GOAL_JUDGE_MODEL` names a model (on the configured provider). It is asked once
-goal-level verification (`runners.verify_goal`) found every step ended as planned and the pack's
-rules, if any, hold. The model gets the case (title, goal, description, inputs) and every step
-(key, task, status, output) as JSON marked untrusted, each output cut to a bounded size, and
-answers a structured verdict `{reached, reasons}`.
+Off unless `CASEHUB_GOAL_JUDGE_MODEL` names a model (on the configured provider). It is asked
+once goal-level verification (`execution.verdicts.verify_goal`) found every step ended as
+planned and the pack's rules, if any, hold. The model gets the case (title, goal, description,
+inputs) and every step (key, task, status, output) as JSON marked untrusted, each output cut to a
+bounded size, and answers a structured verdict `{reached, reasons}`.
 
 A judge that cannot decide never lets the case complete: no provider, an LLM budget that refuses
 the call ("not judged: " and the budget), a call that fails after the client's bounded retries, or
@@ -32,6 +32,7 @@ from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field
 
 from audit.chain import append_event, case_chain
+from planning.actions import record_calls
 from planning.budgets import guard_for
 from planning.core.errors import LlmPlanningError
 from planning.core.llm.budget import LlmBudgetExhausted
@@ -164,6 +165,20 @@ def budget_s() -> float:
     return tries * float(settings.CASEHUB_LLM_TIMEOUT_S) + 8 * (tries - 1)
 
 
+# What one delivery may spend around its model calls (reading the case, recording the answer).
+_SLACK_S = 30.0
+
+
+def judge_time_limit_s() -> float:
+    """Return the hard time limit of one judge_goal task: the judge's worst case and some slack."""
+    return budget_s() + _SLACK_S
+
+
+def judge_lease_s() -> float:
+    """Return how long one delivery holds a verifying case: longer than its task may run."""
+    return judge_time_limit_s() + _SLACK_S
+
+
 def _judgement(label: str, verdict: GoalVerdict | None, error: str | None) -> Judgement:
     if verdict is None:
         return _undecided(label, error or "no answer")
@@ -227,8 +242,6 @@ def judge_messages(case: Case, nodes: Iterable[PlanNode]) -> list[dict[str, str]
 
 def record_answer(case: Case, answer: JudgeAnswer) -> None:
     """Record the judge's calls and its verdict in the caller's transaction (L9)."""
-    from planning.actions import record_calls
-
     verdict = answer.verdict
     batch = [dataclasses.replace(r, schema_name=PURPOSE) for r in answer.records]
     if batch:

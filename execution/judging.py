@@ -31,24 +31,19 @@ from execution.common import (
     max_deliveries,
     redispatch_after_s,
 )
-from execution.goal_judge import JudgeAnswer, ask_judge, budget_s, judge_model, record_answer
+from execution.goal_judge import (
+    JudgeAnswer,
+    ask_judge,
+    judge_lease_s,
+    judge_model,
+    judge_time_limit_s,
+    record_answer,
+)
 from planning.models import Case, CaseStatus, PlanNode
 
 logger = logging.getLogger(__name__)
 
 STARTED = "execution.goal.judge_started"
-# What one delivery may spend around its model calls (reading the case, recording the answer).
-_SLACK_S = 30.0
-
-
-def task_time_limit_s() -> float:
-    """Return the hard time limit of one judge_goal task: the judge's worst case and some slack."""
-    return budget_s() + _SLACK_S
-
-
-def judge_lease_s() -> float:
-    """Return how long one delivery holds a verifying case: longer than its task may run."""
-    return task_time_limit_s() + _SLACK_S
 
 
 @transaction.atomic
@@ -181,7 +176,7 @@ def resend_goal_judges(now: datetime | None = None) -> tuple[list[int], list[int
                     "why": "its delivery's lease expired" if lost else "no delivery took it",
                 },
             )
-            dispatch.enqueue_goal_judge(case.pk, time_limit_s=task_time_limit_s())
+            dispatch.enqueue_goal_judge(case.pk, time_limit_s=judge_time_limit_s())
             resent.append(case.pk)
     return resent, failed
 

@@ -27,6 +27,7 @@ from execution.common import (
 from execution.ending import apply_failure, end_attempt
 from execution.judging import resend_goal_judges
 from execution.models import LeafAttempt
+from oversight.actions.gates import open_escalation_gate
 from oversight.models import OPEN_GATE_STATUSES, Gate
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
 
@@ -151,8 +152,6 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
                     chain=chain,
                     data={"node": node.key, "attempts": attempt},
                 )
-                from oversight.actions.gates import open_escalation_gate
-
                 open_escalation_gate(
                     node.version,
                     node,

@@ -35,6 +35,7 @@ from typing import Any
 from django.conf import settings
 
 from audit.chain import append_event, case_chain
+from execution.cases import cancel_open_leaves, fail_and_block
 from oversight.actions.gates import open_gates, void_open_gates
 from oversight.models import Gate, GateKind, GateStatus
 from planning.actions import plan_limits
@@ -387,8 +388,6 @@ def _store(
     replanned: Replanned,
     old_rows: Mapping[str, PlanNode],
 ) -> PlanVersion:
-    from execution.actions import cancel_open_leaves, fail_and_block
-
     chain = case_chain(case.pk)
     plan = replanned.plan
     # Outside the subtree every ended step stays as it ended; inside it only what succeeded.

@@ -22,9 +22,9 @@ from pydantic import BaseModel
 
 from accounts.roles import ADMIN, OFFICER, SUPERVISOR
 from execution import actions as execution
+from execution.common import LeafError
 from execution.models import ExecutionControl, WorkItem
 from execution.queries import work_items_for
-from execution.runners import LeafError
 from oversight.actions.gates import ReasonInvalid
 from oversight.models import ReasonCode
 from oversight.queries import upstream_outputs_of

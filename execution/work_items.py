@@ -18,7 +18,9 @@ from execution import notices
 from execution.common import Claim, Ended, StaleResult, WorkItemConflict
 from execution.ending import complete_leaf, record_stale
 from execution.models import WorkItem
+from execution.outputs import check_output
 from execution.queries import work_item_groups
+from oversight.actions.gate_policy import active_policy, role_group
 from planning.models import NodeStatus, PlanNode
 
 logger = logging.getLogger(__name__)
@@ -28,8 +30,6 @@ logger = logging.getLogger(__name__)
 
 def open_work_item(claim: Claim, *, group_name: str) -> WorkItem:
     """Give a running human leaf to its group as a work item (the leaf waits for it)."""
-    from oversight.actions.gate_policy import active_policy, role_group
-
     _, policy = active_policy()
     with transaction.atomic():
         node = PlanNode.objects.select_for_update(of=("self",)).get(pk=claim.node_id)
@@ -80,8 +80,6 @@ def complete_work_item(*, item_id: int, user: User, output: Mapping[str, Any]) -
 
 
 def _complete_work_item(*, item_id: int, user: User, output: Mapping[str, Any]) -> Ended:
-    from execution.runners import check_output
-
     with transaction.atomic():
         item = (
             WorkItem.objects.select_for_update()
@@ -207,8 +205,6 @@ def sweep_work_items(now: datetime | None = None) -> dict[str, int]:
       by default), whose members may complete it from then on; the item shows as overdue.
     Each step happens once per item. Returns how many items took each step.
     """
-    from oversight.actions.gate_policy import active_policy, role_group
-
     now = now or timezone.now()
     _, policy = active_policy()
     # Items opened before the escalation group was stored take today's policy's.

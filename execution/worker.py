@@ -11,14 +11,18 @@ from collections.abc import Callable
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 
 from audit.chain import append_event, case_chain
+from execution import runners
 from execution.claiming import claim_leaf, renew_lease
 from execution.common import (
     Claim,
     ClaimRefused,
     Ended,
     ErrorClass,
+    LeafError,
     LeafStopped,
+    LeafTimeLimit,
     StaleResult,
+    WaitingForPerson,
     hard_limit_s,
     is_stopped,
     leaf_setting,
@@ -92,14 +96,12 @@ def _with_database_retry[T](action: Callable[[], T], *, what: str) -> T:
 
 
 def _run_claimed(claim: Claim, *, keep: int = 0, worker: str = "") -> Ended | None:
-    from execution import runners
-
     renewer = _LeaseRenewer(claim)
     renewer.start()
     try:
         with runners.soft_time_limit(soft_limit_s()):
             output = runners.run(claim)
-    except runners.WaitingForPerson:
+    except WaitingForPerson:
         return None
     except LeafStopped as exc:
         why, cancelled = str(exc), exc.cancelled
@@ -107,9 +109,9 @@ def _run_claimed(claim: Claim, *, keep: int = 0, worker: str = "") -> Ended | No
             lambda: stop_at_safe_point(claim, why=why, cancelled=cancelled),
             what="stopping a leaf",
         )
-    except runners.LeafTimeLimit as exc:
+    except LeafTimeLimit as exc:
         error_class, error = ErrorClass.TIMEOUT, str(exc)
-    except runners.LeafError as exc:
+    except LeafError as exc:
         if isinstance(exc.__cause__, OperationalError | InterfaceError):
             return _lost_database(claim, exc.__cause__)
         error_class, error = exc.error_class, str(exc)

@@ -215,14 +215,8 @@ def test_one_module_talks_to_the_llm_server() -> None:
     assert users == ["planning/core/llm/transport.py"]
 
 
-# `execution` still has cycles among its own modules (its actions, ending, replanning, runners
-# and judging call each other) and imports inside functions that break them; issue #20 stays
-# open on them. Every other app is held to both rules here.
-UNTANGLED = tuple(app for app in STACK if app != "execution")
-
-
-def test_no_import_cycles_between_the_modules_of_the_untangled_apps() -> None:
-    cycle = import_cycle(module_graph(*UNTANGLED))
+def test_no_import_cycles_between_the_modules_of_any_app() -> None:
+    cycle = import_cycle(module_graph(*STACK))
     assert cycle == [], " imports ".join(cycle)
 
 
@@ -242,8 +236,6 @@ def test_a_project_import_inside_a_function_says_why() -> None:
     reason), on its line or above it in its block of imports."""
     offenders = []
     for path, tree in _sources():
-        if _top(path.split("/")[0]) not in UNTANGLED:
-            continue
         lines = (ROOT / path).read_text().splitlines()
         for node in _function_imports(tree):
             above = node.lineno - 1

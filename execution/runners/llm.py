@@ -4,7 +4,7 @@ The agent's model (or `CASEHUB_LLM_MODEL`) gets a system prompt, the agent's own
 default, and one user message with the task, the case (title, goal, description, inputs), the
 leaf's resolved inputs and the upstream outputs as JSON, marked as data that cannot change the
 task or the tools. The model may call the tools on the agent's allow-list that are registered,
-offered with their input schemas; each call runs through `runners.call_tool` like a tool leaf's
+offered with their input schemas; each call runs through `runners.tool.call_tool` like a tool leaf's
 (arguments validated by the tool's schema, L3) under the idempotency key of the leaf plus the
 call's position and tool, so a re-run leaf repeats no effect. Arguments the schema refuses are
 answered to the model as an error (nothing ran) and it may correct them in a later round.
@@ -39,7 +39,11 @@ from django.db import transaction
 from pydantic import BaseModel
 
 from audit.chain import append_event, case_chain
-from execution.actions import Claim, ErrorClass, check_safe_point
+from execution.claiming import check_safe_point
+from execution.common import Claim, ErrorClass, LeafError
+from execution.outputs import output_schemas
+from execution.runners.tool import allowed_tool, call_tool
+from planning.actions import record_calls
 from planning.budgets import guard_for
 from planning.catalogue import all_tool_specs
 from planning.core.catalogue import ToolSpec
@@ -57,7 +61,7 @@ from planning.core.llm.records import (
 from planning.core.llm.structured_output import strict_json_schema
 from planning.core.pack import DomainPack
 from planning.core.refs import resolve_inputs
-from planning.models import Agent, Case, PlanNode
+from planning.models import Agent, Case, NodeStatus, PlanNode
 from planning.planner import PlanningUnavailable, llm_settings
 
 PURPOSE = "execution"
@@ -79,6 +83,26 @@ def max_rounds() -> int:
     return max(1, int(getattr(settings, "CASEHUB_LLM_AGENT_MAX_ROUNDS", 4)))
 
 
+def upstream_outputs(node: PlanNode) -> dict[str, Any]:
+    """Return the outputs of every leaf upstream of this one (directly or not), by key."""
+    rows = list(
+        PlanNode.objects.filter(version_id=node.version_id, kind=PlanNode.Kind.LEAF).values_list(
+            "key", "depends_on", "status", "output"
+        )
+    )
+    depends = {key: deps for key, deps, _, _ in rows}
+    upstream: set[str] = set()
+    frontier = set(node.depends_on)
+    while frontier:
+        upstream |= frontier
+        frontier = {d for key in frontier for d in depends.get(key, ())} - upstream
+    return {
+        key: output
+        for key, _, status, output in rows
+        if key in upstream and status == NodeStatus.SUCCEEDED
+    }
+
+
 def run_llm_leaf(
     claim: Claim, node: PlanNode, agent: Agent, outputs: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -90,8 +114,6 @@ def run_llm_leaf(
     rounds exhausted, output_invalid for an answer that does not fit, invalid_input for inputs
     whose references do not resolve; and what the tools raise. Raises LeafStopped at a safe point.
     """
-    from execution.runners import LeafError
-
     try:
         chosen = llm_settings(agent.model)
         chosen.require_configured(f"Running the llm agent {agent.slug}")
@@ -113,8 +135,6 @@ def run_llm_leaf(
 
 def offered_tools(agent: Agent) -> dict[str, tuple[ToolSpec, DomainPack]]:
     """Return the tools an llm agent is offered: those on its allow-list that are registered."""
-    from execution.runners import allowed_tool
-
     registered = all_tool_specs()
     return {name: allowed_tool(agent, name) for name in agent.tools if name in registered}
 
@@ -127,8 +147,6 @@ class _AnswerFormat:
 
 
 def _answer_format(node: PlanNode) -> _AnswerFormat:
-    from execution.runners import output_schemas
-
     model = output_schemas().get(node.expected_output) if node.expected_output else None
     if model is None:
         return _AnswerFormat("result", None, _json_object)
@@ -212,8 +230,6 @@ class _Conversation:
         self.position = 0
 
     def run(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        from execution.runners import LeafError
-
         limit = max_rounds()
         for round_ in range(1, limit + 1):
             check_safe_point(self.claim)
@@ -243,8 +259,6 @@ class _Conversation:
     def _call(
         self, messages: list[dict[str, Any]], round_: int, *, tool_choice: Literal["auto", "none"]
     ) -> LlmToolsResult[dict[str, Any]]:
-        from execution.runners import LeafError
-
         offered = self.definitions
         parameters = {
             "model": self.client.model,
@@ -288,8 +302,6 @@ class _Conversation:
         result: LlmToolsResult[dict[str, Any]] | None,
     ) -> None:
         """Record and audit the calls of one round in a transaction of their own (L9)."""
-        from planning.actions import record_calls
-
         batch = [dataclasses.replace(r, schema_name=PURPOSE) for r in self.records]
         self.records.clear()
         if not batch:
@@ -316,8 +328,6 @@ class _Conversation:
 
     def _refuse_outside_allow_list(self, calls: tuple[LlmToolCall, ...], round_: int) -> None:
         """Refuse the whole answer when one of its calls names a tool the agent may not call."""
-        from execution.runners import LeafError
-
         refused = [call for call in calls if call.name not in self.tools]
         if not refused:
             return
@@ -352,8 +362,6 @@ class _Conversation:
 
     def _run_tool(self, call: LlmToolCall, round_: int) -> dict[str, Any]:
         """Run one allowed tool call; return the tool message that answers it."""
-        from execution.runners import LeafError, call_tool
-
         spec, pack = self.tools[call.name]
         self.position += 1
         # the leaf's key, the call's position and its tool: the same calls of a re-run
