@@ -13,10 +13,11 @@ case (`LedgerGuard`, given to `LlmClient` as its `guard`) while any budget is se
   of its own, after the lock is released: the daily row is every call's, it is never held while
   waiting for a case's chain). The row lock (a write lock on SQLite) makes this race-free across
   threads and processes: two calls never both take the last of a budget.
-- `settle`, after the call: adds what it really used (a failed call: one call, no tokens, no cost)
-  to both rows and deletes its reservation, in one transaction. `release` deletes the reservation
-  of a call that was never sent. A reservation left by a process that died counts until its call
-  could no longer be running (`expires_at`), then it is ignored and purged.
+- `settle`, after the call: adds what it really used (a failed call: one call, no tokens, no cost;
+  a call interrupted in flight: one call and its prompt at the reserved bound, no completion
+  tokens) to both rows and deletes its reservation, in one transaction. `release` deletes the
+  reservation of a call that was never sent. A reservation left by a process that died counts
+  until its call could no longer be running (`expires_at`), then it is ignored and purged.
 
 Costs are billionths of a dollar, rounded up, at `CASEHUB_LLM_PRICE_TABLE`'s prices. A model with
 no price: a money budget that applies refuses its calls (it cannot be checked: fail closed); with

@@ -23,7 +23,13 @@ the safe point is checked before every call and before the answer is returned. T
 be a JSON object, asked for and validated against the leaf's expected-output schema when it is
 known. Every call is recorded as an `LlmCall` and audited by planning's own recording (purpose
 `execution`), with an `execution.llm.round` event naming the leaf, the parameters and the tools
-asked for, each in a short transaction of its own: the leaf runs outside any transaction.
+asked for, each in a short transaction of its own: the leaf runs outside any transaction. A call
+cut off in flight by the leaf's soft time limit is recorded and audited the same way, as
+interrupted (its error says so, and no response), and charged to the budgets for what was sent:
+one call and its prompt at the upper bound reserved for it, no completion tokens (the provider
+reports no usage for a call whose answer is never read); the leaf then ends as timed out. A
+cancel or a stop does not cut a call off: it is seen at the next safe point, once the call is
+recorded and charged.
 """
 
 from __future__ import annotations

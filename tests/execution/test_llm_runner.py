@@ -9,6 +9,8 @@ A small pack registered for these tests (`PACK`, through `CASEHUB_EXTRA_PACKS`) 
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -28,7 +30,16 @@ from planning.core.catalogue import AgentSpec, ToolCall, ToolSpec
 from planning.core.pack import DomainPack
 from planning.core.serialize import canonical_json
 from planning.core.static import Method, MethodLibrary, Step
-from planning.models import Agent, Case, CaseStatus, LlmCall, NodeStatus, PlanNode
+from planning.models import (
+    Agent,
+    Case,
+    CaseStatus,
+    LlmCall,
+    LlmReservation,
+    LlmUsage,
+    NodeStatus,
+    PlanNode,
+)
 from planning.models import DomainPack as DomainPackRow
 from planning.packs.schema import PackModel
 from tests.execution.test_execution import approve, leaves, run_ready
@@ -493,3 +504,62 @@ def test_the_soft_time_limit_ends_a_call_in_flight_as_a_timeout_not_as_a_lost_co
     node = review(case)
     assert (node.status, node.error_class) == (NodeStatus.FAILED, "timeout"), node.error
     assert "soft time limit" in node.error
+
+
+@pytest.mark.scenario("S3")
+def test_a_call_cut_off_by_the_soft_time_limit_is_recorded_audited_and_charged_for_its_prompt(
+    notes_pack: FakeOpenAIServer, analyst: Any, officer: Any, settings: Any
+) -> None:
+    settings.CASEHUB_LEAF_SOFT_LIMIT_S = 0.3
+    settings.CASEHUB_LLM_CASE_MAX_CALLS = 50  # a budget is set: the case's calls are counted
+    notes_pack.enqueue(FakeReply(content=FINDINGS, extra_latency_s=3))
+    case = approved_case(analyst, officer)
+    run_ready(case)
+    node = review(case)
+    assert (node.status, node.error_class) == (NodeStatus.FAILED, "timeout"), node.error
+    assert len(notes_pack.requests) == 1  # the call went out
+    (call,) = LlmCall.objects.filter(case=case, purpose="execution")
+    assert "interrupted" in call.error and "soft time limit" in call.error
+    assert call.response == "" and call.completion_tokens == 0
+    # charged for what was sent: the prompt, at the upper bound the reservation took for it
+    assert call.prompt_tokens > len(notes_pack.requests[0].user_prompt) // 4
+    (called,) = [e.data for e in actions(case, "planning.llm.called")]
+    assert called["llm_call"] == call.pk and "interrupted" in called["error"]
+    (round_,) = [e.data for e in actions(case, "execution.llm.round")]
+    assert round_["node"] == "review" and "interrupted" in round_["error"]
+    usage = LlmUsage.objects.get(case=case, day=None)
+    assert (usage.calls, usage.tokens) == (1, call.prompt_tokens)
+    assert not LlmReservation.objects.filter(case=case).exists()  # settled, not left to expire
+
+
+@pytest.mark.scenario("S3")
+def test_a_cancel_while_a_call_is_in_flight_lets_it_finish_recorded_and_charged_then_stops(
+    notes_pack: FakeOpenAIServer, analyst: Any, officer: Any, settings: Any
+) -> None:
+    settings.CASEHUB_LLM_CASE_MAX_CALLS = 50
+    case = approved_case(analyst, officer)
+    # the cancel comes while the model is answering: a signal runs it on the leaf's own thread
+    previous = signal.signal(
+        signal.SIGUSR1,
+        lambda signum, frame: execution.cancel_case(
+            case_id=case.pk, user=analyst, reason_code="other"
+        ),
+    )
+
+    def cancel_then_answer(request: Any) -> FakeReply:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        return FakeReply(content=FINDINGS, extra_latency_s=0.5)
+
+    notes_pack.responder = cancel_then_answer
+    try:
+        run_ready(case)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    node = review(case)
+    assert node.status == NodeStatus.CANCELLED and not node.output
+    (call,) = LlmCall.objects.filter(case=case, purpose="execution")
+    assert call.error == "" and call.completion_tokens > 0  # the answer came and is recorded
+    assert [e.data["llm_call"] for e in actions(case, "planning.llm.called")] == [call.pk]
+    usage = LlmUsage.objects.get(case=case, day=None)
+    assert (usage.calls, usage.tokens) == (1, call.prompt_tokens + call.completion_tokens)
+    assert not LlmReservation.objects.filter(case=case).exists()

@@ -3,10 +3,12 @@
 `LlmClient` takes a `CallGuard`: before every call it asks the guard to `reserve` the call's worst
 case (`CallEstimate`: the request's size as an upper bound of its prompt tokens, plus the call's
 ``max_tokens`` bound), and afterwards it `settle`s the reservation to what the call really used
-(a call that failed counts as a call that used no tokens), or `release`s it when no request went
-out. A guard that refuses raises `LlmBudgetExhausted` (a `BudgetExceeded`), naming the budget,
-its limit, what is used and what the call needs. The ledger behind a guard lives on the Django
-side (`planning.budgets`); this module holds the pure parts: limits, usage, the check itself.
+(a call that failed counts as a call that used no tokens; one interrupted in flight, by a leaf's
+soft time limit or a shutdown, as its prompt's reserved bound and no completion tokens, since no
+usage came back for what was sent), or `release`s it when no request went out. A guard that
+refuses raises `LlmBudgetExhausted` (a `BudgetExceeded`), naming the budget, its limit, what is
+used and what the call needs. The ledger behind a guard lives on the Django side
+(`planning.budgets`); this module holds the pure parts: limits, usage, the check itself.
 """
 
 from __future__ import annotations

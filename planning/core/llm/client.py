@@ -8,7 +8,9 @@ that imports ``openai``. Every call asks for JSON-schema structured output (Chat
 validator and reports a `LlmCallRecord` of every call, successful or not, to the ``on_call`` hook
 so the caller can audit it. A ``guard`` (`planning.core.llm.budget.CallGuard`) reserves each
 call's worst case before it is sent, and may refuse it with `LlmBudgetExhausted`; the call is
-then settled to its usage.
+then settled to its usage. A call interrupted in flight (a leaf's soft time limit, a shutdown) is
+still reported, as interrupted, and settled for what was sent (its prompt at the reserved bound)
+before the interruption goes on.
 
 Every request bounds its answer (``max_tokens``); an answer the server cut off at that bound
 (``finish_reason: "length"``) is reported as truncated and never parsed. A request the server
@@ -24,6 +26,7 @@ entry points share one path (``_call``): reserve with the guard, send, record, s
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -157,7 +160,7 @@ class LlmClient:
             label = call_id or f"call-{self._calls}"
         return label, bound
 
-    def _reserve(self, body: Callable[[], Mapping[str, Any]], purpose: str, bound: int) -> object:
+    def _reserve(self, prompt_tokens: Callable[[], int], purpose: str, bound: int) -> object:
         """Reserve the call's worst case with the guard; return its ticket (None: no guard).
 
         Raises LlmBudgetExhausted when the guard refuses the call.
@@ -170,7 +173,7 @@ class LlmClient:
             CallEstimate(
                 model=self.model,
                 purpose=purpose,
-                prompt_tokens=prompt_bound(body()),
+                prompt_tokens=prompt_tokens(),
                 completion_tokens=bound,
                 # a refused form of structured output or token bound is asked again (up to 4)
                 expires_in_s=4 * one_try,
@@ -182,10 +185,6 @@ class LlmClient:
             self.guard.settle(
                 ticket, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
             )
-
-    def _release(self, ticket: object) -> None:
-        if self.guard is not None:
-            self.guard.release(ticket)
 
     def complete_json[T](
         self,
@@ -345,9 +344,19 @@ class LlmClient:
         and the validation error. Return the reply and what `read` made of it. Raises
         LlmBudgetExhausted when the guard refuses the call, and LlmCallFailed when the call
         itself fails (recorded, and settled as a call that used no tokens).
+
+        A call interrupted while in flight (by anything else the exchange raises: a soft time
+        limit's signal, KeyboardInterrupt, SystemExit) is recorded as interrupted and settled
+        for what was sent, its prompt at the upper bound reserved for it (`prompt_bound`) and no
+        completion tokens, before the interruption goes on: the request may have reached the
+        server, which reports no usage for it. Nothing is recorded or counted for a request that
+        was never sent (refused by the guard).
         """
         sent: list[dict[str, Any]] = [dict(m) for m in messages]
-        ticket = self._reserve(lambda: build(self.transport.form)[0], schema_name, bound)
+        first_form = self.transport.form
+        # the prompt's upper bound, worked out once and only when needed (the body is large)
+        prompt_tokens = functools.cache(lambda: prompt_bound(build(first_form)[0]))
+        ticket = self._reserve(prompt_tokens, schema_name, bound)
         started_at = time.time()
         started = time.perf_counter()
         span = self.transport.start_span(schema_name, bound)
@@ -360,8 +369,21 @@ class LlmClient:
             self._report(label, schema_name, digest, sent, "", 0, 0, latency, started_at, error)
             self._settle(ticket, 0, 0)  # made and failed: a call that used no tokens
             raise LlmCallFailed(error, transient=is_transient(exc)) from exc
-        except BaseException:
-            self._release(ticket)
+        except BaseException as exc:
+            end_span(span, error=exc)
+            latency = time.perf_counter() - started
+            why = str(exc) or type(exc).__name__
+            charged = prompt_tokens()
+            error = (
+                f"LLM call to model {self.model!r} interrupted after {latency:.1f} s ({why}): "
+                f"no answer was read; counted as sent, {charged:,} prompt tokens (the "
+                "request's upper bound) and no completion tokens"
+            )
+            self._report(
+                label, schema_name, digest, sent, "", charged, 0, latency, started_at, error
+            )
+            # what was sent is charged: the prompt, at its reserved bound; the answer never came
+            self._settle(ticket, charged, 0)
             raise
         latency = time.perf_counter() - started
         choice = completion.choices[0] if completion.choices else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from typing import Any
 
 import pytest
@@ -101,3 +102,34 @@ def test_calls_with_tools_are_guarded_too(fake_openai: FakeOpenAIServer) -> None
         )
     assert [kind for kind, _ in guard.events] == ["reserve", "settle"]
     assert guard.events[1][1] == (0, 50, 5)
+
+
+class Interrupted(Exception):
+    """What a time limit's signal raises in the middle of a call."""
+
+
+@pytest.mark.scenario("S3")
+def test_a_call_interrupted_in_flight_is_reported_and_settled_for_its_prompt(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.enqueue(FakeReply(content='{"ok": true}', extra_latency_s=3))
+    guard, records = RecordingGuard(), []
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted("time is up")
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    try:
+        with _client(fake_openai, guard, records) as client, pytest.raises(Interrupted):
+            _ask(client)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    (_, estimate), (kind, settled) = guard.events
+    assert kind == "settle"  # not released: the request went out
+    assert settled == (0, estimate.prompt_tokens, 0)
+    (record,) = records
+    assert record.error and "interrupted" in record.error and "time is up" in record.error
+    assert (record.prompt_tokens, record.completion_tokens) == (estimate.prompt_tokens, 0)
+    assert record.response_text == "" and len(fake_openai.requests) == 1
