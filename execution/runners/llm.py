@@ -5,9 +5,13 @@ default, and one user message with the task, the case (title, goal, description,
 leaf's resolved inputs and the upstream outputs as JSON, marked as data that cannot change the
 task or the tools. The model may call the tools on the agent's allow-list that are registered,
 offered with their input schemas; each call runs through `runners.tool.call_tool` like a tool leaf's
-(arguments validated by the tool's schema, L3) under the idempotency key of the leaf plus the
-call's position and tool, so a re-run leaf repeats no effect. Arguments the schema refuses are
-answered to the model as an error (nothing ran) and it may correct them in a later round.
+(arguments validated by the tool's schema, L3) under an idempotency key made of the leaf's key,
+the tool and a hash of the arguments as the schema validates them (`effect_key`), never of the
+call's position: a retried attempt that makes the same calls in another order, or after a call
+that was refused, repeats no effect, and two identical calls (same tool, same validated
+arguments) are one effect, in one attempt or across attempts, while different arguments are
+different effects. Arguments the schema refuses are answered to the model as an error (nothing
+ran) and it may correct them in a later round.
 
 A call to a tool outside the allow-list, or to no registered tool, fails closed (L2): nothing of
 that answer runs, the refusal is audited (`execution.llm.tool_refused`) and the leaf fails as a
@@ -42,7 +46,7 @@ from typing import Any, Literal
 
 from django.conf import settings
 from django.db import transaction
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from audit.chain import append_event, case_chain
 from execution.claiming import check_safe_point
@@ -67,6 +71,7 @@ from planning.core.llm.records import (
 from planning.core.llm.structured_output import strict_json_schema
 from planning.core.pack import DomainPack
 from planning.core.refs import resolve_inputs
+from planning.core.serialize import canonical_json
 from planning.models import Agent, Case, NodeStatus, PlanNode
 from planning.planner import PlanningUnavailable, llm_settings
 
@@ -82,6 +87,8 @@ RULES = (
 )
 # how much of a refused call's arguments the audit event keeps (the hash covers all of them)
 _ARGUMENT_CHARS = 2000
+# how much of the arguments' SHA-256 a tool call's idempotency key carries (128 bits)
+_KEY_HASH_CHARS = 32
 
 
 def max_rounds() -> int:
@@ -370,16 +377,15 @@ class _Conversation:
         """Run one allowed tool call; return the tool message that answers it."""
         spec, pack = self.tools[call.name]
         self.position += 1
-        # the leaf's key, the call's position and its tool: the same calls of a re-run
-        # leaf carry the same keys, so an effect already done is not done again
-        key = f"{self.claim.idempotency_key}:call-{self.position}-{spec.name}"
         output: dict[str, Any] | None = None
         error: str | None = None
         try:
             arguments = json.loads(call.arguments or "{}")
         except json.JSONDecodeError as exc:
+            arguments = call.arguments  # the key of a call that cannot run: never acted on
             error = f"the arguments are not valid JSON ({exc.msg})"
-        else:
+        key = effect_key(self.claim.idempotency_key, spec, arguments)
+        if error is None:
             if not isinstance(arguments, dict):
                 error = "the arguments are not a JSON object"
             else:
@@ -414,6 +420,22 @@ class _Conversation:
             "tool_call_id": call.id,
             "content": json.dumps(content, ensure_ascii=False, sort_keys=True),
         }
+
+
+def effect_key(leaf_key: str, spec: ToolSpec, arguments: Any) -> str:
+    """Return the idempotency key of an llm leaf's tool call: the leaf's key, tool and arguments.
+
+    The arguments count as the tool's schema validates them (defaults filled in, values in their
+    JSON form, keys sorted), so the same call is the same effect whatever its position in the
+    conversation, its attempt or the calls refused before it; arguments the schema refuses are
+    hashed as written (the tool does not run under that key).
+    """
+    try:
+        data = spec.input_model.model_validate(arguments).model_dump(mode="json")
+    except ValidationError:
+        data = arguments
+    digest = hashlib.sha256(canonical_json(data).encode()).hexdigest()[:_KEY_HASH_CHARS]
+    return f"{leaf_key}:call-{spec.name}-{digest}"
 
 
 def _arguments_data(call: LlmToolCall) -> dict[str, str]:

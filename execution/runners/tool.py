@@ -88,7 +88,7 @@ def call_tool(
 
     The tool acts through its pack's port bound to `idempotency_key` (an effect recorded under it
     does not happen again) and to the leaf's safe point. Both kinds of agent call tools here:
-    a `tool` leaf with the leaf's key, an `llm` leaf with the leaf's key and the call's position.
+    a `tool` leaf with the leaf's key, an `llm` leaf with a key of the leaf, tool and arguments.
     Raises LeafError: invalid_input for inputs the schema refuses (naming `what`), tool_failure
     for a tool that raised or returned bad output, transient for a failure that may go away;
     LeafStopped at the safe point.

@@ -50,9 +50,11 @@ pytestmark = pytest.mark.django_db
 SLUG = "notes-test"
 ACCOUNT = r"^ACC-\d{3}$"
 
-# What the tools did, by tool name and by idempotency key (reset for every test).
+# What the tools did, by tool name and by idempotency key, and the notes they filed by text
+# (reset for every test).
 INVOCATIONS: Counter[str] = Counter()
 EFFECTS: dict[str, str] = {}
+FILED: Counter[str] = Counter()
 HOOKS: dict[str, Callable[[], None]] = {}
 
 
@@ -102,6 +104,7 @@ class NotesPort:
             if self.call is not None:
                 self.call.checkpoint()
             EFFECTS[key] = f"NOTE-{len(EFFECTS) + 1}"
+            FILED[text] += 1
         return EFFECTS[key]
 
 
@@ -216,6 +219,7 @@ def notes_pack(settings: Any, fake_openai: FakeOpenAIServer) -> Iterator[FakeOpe
     )
     INVOCATIONS.clear()
     EFFECTS.clear()
+    FILED.clear()
     HOOKS.clear()
     yield fake_openai
 
@@ -278,7 +282,8 @@ def test_the_agent_gets_its_prompt_the_case_and_upstream_outputs_uses_a_tool_and
     assert INVOCATIONS == {"lookup_notes": 2}  # the gather leaf's and the agent's
     (called,) = actions(case, "execution.llm.tool_called")
     assert called.data["tool"] == "lookup_notes" and called.data["ran"] is True
-    assert called.data["idempotency_key"].endswith(":call-1-lookup_notes")
+    assert called.data["idempotency_key"].startswith("casehub:case-")
+    assert ":leaf-review:call-lookup_notes-" in called.data["idempotency_key"]
     assert called.actor_label == "notes-analyst"
 
 
@@ -563,3 +568,55 @@ def test_a_cancel_while_a_call_is_in_flight_lets_it_finish_recorded_and_charged_
     usage = LlmUsage.objects.get(case=case, day=None)
     assert (usage.calls, usage.tokens) == (1, call.prompt_tokens + call.completion_tokens)
     assert not LlmReservation.objects.filter(case=case).exists()
+
+
+def note(text: str, account: str = "ACC-300") -> tuple[str, dict[str, str]]:
+    return ("file_note", {"account_id": account, "text": text})
+
+
+@pytest.mark.scenario("S10")
+def test_a_retry_that_calls_its_tools_in_another_order_after_a_refused_call_acts_once_each(
+    notes_pack: FakeOpenAIServer, analyst: Any, officer: Any
+) -> None:
+    notes_pack.enqueue(
+        # attempt 1: two notes filed, then the provider goes down
+        calls(note("payee is new"), note("wire is large")),
+        FakeReply(status=503),
+        # attempt 2: a call the tool's schema refuses, then the same two notes the other way round
+        # (the second with its arguments written in another order)
+        calls(note("payee is new", account="nobody")),
+        calls(
+            ("file_note", {"text": "wire is large", "account_id": "ACC-300"}), note("payee is new")
+        ),
+        '{"verdict": "noted"}',
+    )
+    case = approved_case(analyst, officer, failure_policy="retry")
+    run_ready(case)
+    assert review(case).status == NodeStatus.RETRYING
+    execution.reconcile_execution(now=timezone.now() + timedelta(hours=1))
+    run_ready(case)
+    node = review(case)
+    assert (node.status, node.attempts) == (NodeStatus.SUCCEEDED, 2), node.error
+    assert INVOCATIONS["file_note"] == 4  # each note's call ran in both attempts
+    assert FILED == {"payee is new": 1, "wire is large": 1}  # and acted once
+    ran = [e.data for e in actions(case, "execution.llm.tool_called") if e.data["ran"]]
+    keys = Counter(d["idempotency_key"] for d in ran)
+    assert sorted(keys.values()) == [2, 2]  # one key per note, the same in both attempts
+    assert [d["position"] for d in ran] == [1, 2, 2, 3]  # the positions differ; the keys do not
+
+
+@pytest.mark.scenario("S10")
+def test_two_identical_tool_calls_in_one_attempt_are_one_effect_and_different_ones_are_two(
+    notes_pack: FakeOpenAIServer, analyst: Any, officer: Any
+) -> None:
+    notes_pack.enqueue(
+        calls(note("payee is new"), note("payee is new"), note("wire is large")),
+        '{"verdict": "noted"}',
+    )
+    case = approved_case(analyst, officer)
+    run_ready(case)
+    assert review(case).status == NodeStatus.SUCCEEDED
+    assert INVOCATIONS["file_note"] == 3
+    assert FILED == {"payee is new": 1, "wire is large": 1}
+    first, second, third = (e.data for e in actions(case, "execution.llm.tool_called"))
+    assert first["idempotency_key"] == second["idempotency_key"] != third["idempotency_key"]
