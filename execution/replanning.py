@@ -19,7 +19,9 @@ system, not a person, made the version: no officer is excluded from approving it
 On the old version nothing new starts (its open steps are cancelled, its gates void); a step still
 running ends at its next safe point or records its result on the old version, and the new plan
 gate cannot be approved before it has ended (oversight's gates refuse it). Approving it carries the
-results of such steps over (`before_start`) and execution continues on the new version.
+results of such steps over (`before_start`) and execution continues on the new version. The plan
+gate of an edit of the re-planned version (or of an edit of that edit) waits the same way, and
+approving it carries the results over the same way.
 
 Nothing here commits: a re-plan that is not possible (no alternative, `CASEHUB_MAX_REPLANS`
 reached, a plan that does not validate) is audited and answered False, and the step escalates.
@@ -52,7 +54,14 @@ from planning.core.tree import Compound, Goal, Leaf, Node, StrategyName
 from planning.core.validation import validate_plan
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion, Strategy
 from planning.promotion.methods import PROMOTED_PREFIX, MethodInvalid, library_for
-from planning.versions import REPLAN, is_replan, load_plan, store_version, with_tool_risks
+from planning.versions import (
+    REPLAN,
+    is_replan,
+    load_plan,
+    replan_origin,
+    store_version,
+    with_tool_risks,
+)
 
 LEAF = PlanNode.Kind.LEAF
 # Statuses a step keeps in the new version when its content is unchanged: it ended already.
@@ -516,18 +525,16 @@ def _block_after(version: PlanVersion, ended: Iterable[str]) -> None:
 
 
 def before_start(version: PlanVersion) -> list[str]:
-    """Carry over results that steps of the previous version recorded after the re-plan.
+    """Carry over results that steps of the re-planned version recorded after the re-plan.
 
-    Call when the re-planned version's plan gate is approved, before execution starts; returns
-    the keys carried. A step whose effect happened after the re-plan must not act again.
+    Call when the plan gate of a version descended from a re-plan (the re-planned version, or an
+    edit of it) is approved, before execution starts; returns the keys carried. A step whose
+    effect happened after the re-plan must not act again.
     """
-    if not is_replan(version):
+    origin = replan_origin(version)
+    if origin is None:
         return []
-    previous = (
-        PlanVersion.objects.filter(case_id=version.case_id, number__lt=version.number)
-        .order_by("-number")
-        .first()
-    )
+    previous = PlanVersion.objects.filter(case_id=version.case_id, number=origin).first()
     if previous is None:
         return []
     done = {
@@ -535,8 +542,12 @@ def before_start(version: PlanVersion) -> list[str]:
         for row in PlanNode.objects.filter(version=previous, kind=LEAF, status=NodeStatus.SUCCEEDED)
     }
     carried: dict[str, PlanNode] = {}
+    # A step waiting for its own gate is carried too: what succeeded needs no approval any more.
     for row in PlanNode.objects.filter(
-        version=version, kind=LEAF, status=NodeStatus.PENDING, key__in=list(done)
+        version=version,
+        kind=LEAF,
+        status__in=(NodeStatus.PENDING, NodeStatus.AWAITING_APPROVAL),
+        key__in=list(done),
     ):
         if row.content_hash == done[row.key].content_hash:
             carried[row.key] = done[row.key]

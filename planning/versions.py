@@ -205,7 +205,17 @@ def load_plan(version: PlanVersion) -> DagPlan:
     return plan
 
 
-__all__ = ["VersionCorrupt", "load_plan", "plan_from_rows", "store_version", "with_tool_risks"]
+__all__ = [
+    "REPLAN",
+    "VersionCorrupt",
+    "descends_from_replan",
+    "is_replan",
+    "load_plan",
+    "plan_from_rows",
+    "replan_origin",
+    "store_version",
+    "with_tool_risks",
+]
 
 
 # The `edit` kind of a version made by re-planning a failed step (execution.replanning).
@@ -215,3 +225,27 @@ REPLAN = "replan"
 def is_replan(version: PlanVersion) -> bool:
     """Tell whether the version was made by re-planning a failed step."""
     return isinstance(version.edit, dict) and version.edit.get("kind") == REPLAN
+
+
+def replan_origin(version: PlanVersion) -> int | None:
+    """Return the number of the version whose re-plan `version` descends from, or None.
+
+    A re-planned version descends from the version it re-planned; an edited one from whatever the
+    version it was edited from descends from (the edits are followed back to the nearest
+    re-plan). Steps of that version may still run, or have ended after the re-plan.
+    """
+    edits = dict(PlanVersion.objects.filter(case_id=version.case_id).values_list("number", "edit"))
+    number, edit = version.number, version.edit
+    while isinstance(edit, dict):
+        origin = edit.get("from_version")
+        if edit.get("kind") == REPLAN:
+            return origin if isinstance(origin, int) else number - 1
+        if not isinstance(origin, int) or origin >= number:
+            return None
+        number, edit = origin, edits.get(origin)
+    return None
+
+
+def descends_from_replan(version: PlanVersion) -> bool:
+    """Tell whether the version was re-planned, or edited from one that descends from a re-plan."""
+    return replan_origin(version) is not None
