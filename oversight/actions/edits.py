@@ -5,7 +5,9 @@ tool inputs, limits, cycles); a refused edit changes nothing. An accepted one is
 case's next version (RELIABILITY R2): the old version's open gates become void, the new version's
 gates open, and the approvals of steps the edit left unchanged carry over (bound to the same
 content hash) — but not the editor's own: the editor cannot approve the version they made, so a
-step they had approved needs another officer's approval there.
+step they had approved needs another officer's approval there. Steps that ended already (the
+edited version descends from a re-plan) and that the edit left unchanged keep their status and
+output in the new version: nothing that succeeded runs again.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from oversight.actions.gates import (
     open_gates,
     void_open_gates,
 )
+from oversight.actions.kept_steps import carry_results
 from oversight.models import Gate, GateDecision, GateKind, GateStatus
 from planning import rules
 from planning.actions import plan_limits
@@ -37,7 +40,7 @@ from planning.core.serialize import canonical_json, node_hash
 from planning.core.tree import Compound, Leaf, Node, Provenance
 from planning.core.validation import validate_plan
 from planning.models import Case, CaseStatus, PlanVersion
-from planning.versions import load_plan, store_version, with_tool_risks
+from planning.versions import kept_steps, load_plan, store_version, with_tool_risks
 
 EDIT_PLAN = "oversight.edit_plan"
 EDITABLE = ("agent", "task", "inputs", "depends_on")
@@ -322,6 +325,9 @@ def _edit(
         "reason": reason,
         "from_version": old.number,
     }
+    # Steps that ended already (the version descends from a re-plan) and that the edit left
+    # unchanged keep their status and output: nothing that succeeded runs again (S1).
+    kept = kept_steps(old, new_plan)
     version = store_version(case, new_plan, edited_by=user, edit=edit)
     case.current_version = version
     case.save(update_fields=["current_version", "updated_at"])
@@ -346,10 +352,13 @@ def _edit(
                 "node": after,
             },
             "diff": diff.as_data(),
+            "kept": sorted(kept),
         },
     )
     void_open_gates(old, why=f"replaced by version {version.number}", actor=user)
     open_gates(version, carried=_carried(old, new_plan, user))
+    if kept:
+        carry_results(version, kept)
     return EditResult(version=version, diff=diff)
 
 
