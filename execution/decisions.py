@@ -11,15 +11,16 @@ from execution.replanning import before_start
 from oversight.actions.gates import rejection_reason
 from oversight.models import Gate, GateDecision, GateKind, GateStatus
 from planning.models import CaseStatus
-from planning.versions import is_replan
+from planning.versions import descends_from_replan
 
 
 def on_gate_decided(gate: Gate, decision: GateDecision) -> None:
     """Start, resume or end steps as the decision of `gate` lets them.
 
     An approved plan gate that approved its case starts execution (carrying over, for a
-    re-planned version, what the earlier version's steps did meanwhile); an approved step or
-    escalation gate lets its step run; a rejected escalation fails its step for good.
+    version descended from a re-plan, what the re-planned version's steps did meanwhile); an
+    approved step or escalation gate lets its step run; a rejected escalation fails its step for
+    good.
     """
     case = gate.case
     actor = decision.decider
@@ -38,7 +39,7 @@ def on_gate_decided(gate: Gate, decision: GateDecision) -> None:
         if case.status == CaseStatus.APPROVED:
             before_start(gate.version)
             start_execution(case, actor=actor)
-            if is_replan(gate.version):
+            if descends_from_replan(gate.version):
                 # Every step may have ended already (kept from the earlier version).
                 finish_if_done(case)
     elif gate.node is not None:

@@ -19,7 +19,10 @@ system, not a person, made the version: no officer is excluded from approving it
 On the old version nothing new starts (its open steps are cancelled, its gates void); a step still
 running ends at its next safe point or records its result on the old version, and the new plan
 gate cannot be approved before it has ended (oversight's gates refuse it). Approving it carries the
-results of such steps over (`before_start`) and execution continues on the new version.
+results of such steps over (`before_start`) and execution continues on the new version. All of
+this holds for an edit of the re-planned version too (and an edit of that edit): the edit keeps
+the steps that ended and that it leaves unchanged (oversight.actions.kept_steps), its plan gate
+waits for the old version's running steps, and approving it carries their results over.
 
 Nothing here commits: a re-plan that is not possible (no alternative, `CASEHUB_MAX_REPLANS`
 reached, a plan that does not validate) is audited and answered False, and the step escalates.
@@ -37,6 +40,7 @@ from django.conf import settings
 from audit.chain import append_event, case_chain
 from execution.cases import cancel_open_leaves, fail_and_block
 from oversight.actions.gates import open_gates, void_open_gates
+from oversight.actions.kept_steps import carry_results
 from oversight.models import Gate, GateKind, GateStatus
 from planning.actions import plan_limits
 from planning.catalogue import all_tool_specs, current_catalogue, enabled_pack
@@ -52,22 +56,17 @@ from planning.core.tree import Compound, Goal, Leaf, Node, StrategyName
 from planning.core.validation import validate_plan
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion, Strategy
 from planning.promotion.methods import PROMOTED_PREFIX, MethodInvalid, library_for
-from planning.versions import REPLAN, is_replan, load_plan, store_version, with_tool_risks
+from planning.versions import (
+    KEPT_STATUSES,
+    REPLAN,
+    is_replan,
+    load_plan,
+    replan_origin,
+    store_version,
+    with_tool_risks,
+)
 
 LEAF = PlanNode.Kind.LEAF
-# Statuses a step keeps in the new version when its content is unchanged: it ended already.
-KEPT_STATUSES = (NodeStatus.SUCCEEDED, NodeStatus.FAILED, NodeStatus.SKIPPED)
-CARRIED_FIELDS = (
-    "status",
-    "attempts",
-    "started_at",
-    "finished_at",
-    "output",
-    "error",
-    "error_class",
-    "finished_after_cancel",
-    "routing",
-)
 # Renaming colliding keys converges in one pass per collision; this bounds a pathological pack.
 MAX_RENAME_PASSES = 20
 
@@ -447,7 +446,7 @@ def _store(
     )
     void_open_gates(old, why=f"replaced by version {version.number} (re-plan)")
     open_gates(version, carried=_approved_gates(old, plan))
-    _carry(version, kept)
+    carry_results(version, kept)
     return version
 
 
@@ -468,66 +467,20 @@ def _approved_gates(old: PlanVersion, plan: DagPlan) -> dict[str, Gate]:
     return carried
 
 
-def _carry(version: PlanVersion, kept: Mapping[str, PlanNode]) -> None:
-    """Give the new version's unchanged ended steps their old status and output."""
-    rows = {
-        row.key: row
-        for row in PlanNode.objects.filter(version=version, kind=LEAF, key__in=list(kept))
-    }
-    for key, old in kept.items():
-        PlanNode.objects.filter(pk=rows[key].pk).update(
-            **{name: getattr(old, name) for name in CARRIED_FIELDS}
-        )
-    # A step that ended needs no gate any more (a policy change may have gated it meanwhile).
-    for gate in Gate.objects.filter(
-        version=version, kind=GateKind.STEP, status=GateStatus.PENDING, node__key__in=list(kept)
-    ):
-        Gate.objects.filter(pk=gate.pk).update(status=GateStatus.VOID)
-        append_event(
-            "oversight.gate.voided",
-            chain=case_chain(version.case_id),
-            data={
-                "gate": gate.pk,
-                "why": "the step ended in an earlier version",
-                "before": {"status": GateStatus.PENDING},
-                "after": {"status": GateStatus.VOID},
-            },
-        )
-    _block_after(version, [k for k, row in kept.items() if row.status != NodeStatus.SUCCEEDED])
-
-
-def _block_after(version: PlanVersion, ended: Iterable[str]) -> None:
-    """Block the open steps downstream of steps that failed or were skipped."""
-    depends = dict(
-        PlanNode.objects.filter(version=version, kind=LEAF).values_list("key", "depends_on")
-    )
-    blocked: set[str] = set()
-    frontier = set(ended)
-    while frontier:
-        frontier = {k for k, deps in depends.items() if set(deps) & frontier} - blocked
-        blocked |= frontier
-    if blocked:
-        PlanNode.objects.filter(
-            version=version, key__in=blocked, status__in=(NodeStatus.PENDING,)
-        ).update(status=NodeStatus.BLOCKED)
-
-
 # The approval of a re-planned version ----------------------------------------------------------
 
 
 def before_start(version: PlanVersion) -> list[str]:
-    """Carry over results that steps of the previous version recorded after the re-plan.
+    """Carry over results that steps of the re-planned version recorded after the re-plan.
 
-    Call when the re-planned version's plan gate is approved, before execution starts; returns
-    the keys carried. A step whose effect happened after the re-plan must not act again.
+    Call when the plan gate of a version descended from a re-plan (the re-planned version, or an
+    edit of it) is approved, before execution starts; returns the keys carried. A step whose
+    effect happened after the re-plan must not act again.
     """
-    if not is_replan(version):
+    origin = replan_origin(version)
+    if origin is None:
         return []
-    previous = (
-        PlanVersion.objects.filter(case_id=version.case_id, number__lt=version.number)
-        .order_by("-number")
-        .first()
-    )
+    previous = PlanVersion.objects.filter(case_id=version.case_id, number=origin).first()
     if previous is None:
         return []
     done = {
@@ -535,13 +488,17 @@ def before_start(version: PlanVersion) -> list[str]:
         for row in PlanNode.objects.filter(version=previous, kind=LEAF, status=NodeStatus.SUCCEEDED)
     }
     carried: dict[str, PlanNode] = {}
+    # A step waiting for its own gate is carried too: what succeeded needs no approval any more.
     for row in PlanNode.objects.filter(
-        version=version, kind=LEAF, status=NodeStatus.PENDING, key__in=list(done)
+        version=version,
+        kind=LEAF,
+        status__in=(NodeStatus.PENDING, NodeStatus.AWAITING_APPROVAL),
+        key__in=list(done),
     ):
         if row.content_hash == done[row.key].content_hash:
             carried[row.key] = done[row.key]
     if carried:
-        _carry(version, carried)
+        carry_results(version, carried)
         append_event(
             "planning.plan.results_carried",
             chain=case_chain(version.case_id),

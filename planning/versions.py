@@ -205,13 +205,81 @@ def load_plan(version: PlanVersion) -> DagPlan:
     return plan
 
 
-__all__ = ["VersionCorrupt", "load_plan", "plan_from_rows", "store_version", "with_tool_risks"]
+__all__ = [
+    "CARRIED_FIELDS",
+    "KEPT_STATUSES",
+    "REPLAN",
+    "VersionCorrupt",
+    "descends_from_replan",
+    "is_replan",
+    "kept_steps",
+    "load_plan",
+    "plan_from_rows",
+    "replan_origin",
+    "store_version",
+    "with_tool_risks",
+]
 
 
 # The `edit` kind of a version made by re-planning a failed step (execution.replanning).
 REPLAN = "replan"
+# Statuses a step keeps in a new version (a re-plan's, an edit's) when its content is unchanged:
+# it ended already, and nothing that ended runs again.
+KEPT_STATUSES = (NodeStatus.SUCCEEDED, NodeStatus.FAILED, NodeStatus.SKIPPED)
+# What a kept step takes over from the earlier version's row.
+CARRIED_FIELDS = (
+    "status",
+    "attempts",
+    "started_at",
+    "finished_at",
+    "output",
+    "error",
+    "error_class",
+    "finished_after_cancel",
+    "routing",
+)
 
 
 def is_replan(version: PlanVersion) -> bool:
     """Tell whether the version was made by re-planning a failed step."""
     return isinstance(version.edit, dict) and version.edit.get("kind") == REPLAN
+
+
+def replan_origin(version: PlanVersion) -> int | None:
+    """Return the number of the version whose re-plan `version` descends from, or None.
+
+    A re-planned version descends from the version it re-planned; an edited one from whatever the
+    version it was edited from descends from (the edits are followed back to the nearest
+    re-plan). Steps of that version may still run, or have ended after the re-plan.
+    """
+    edits = dict(PlanVersion.objects.filter(case_id=version.case_id).values_list("number", "edit"))
+    number, edit = version.number, version.edit
+    while isinstance(edit, dict):
+        origin = edit.get("from_version")
+        if edit.get("kind") == REPLAN:
+            return origin if isinstance(origin, int) else number - 1
+        if not isinstance(origin, int) or origin >= number:
+            return None
+        number, edit = origin, edits.get(origin)
+    return None
+
+
+def descends_from_replan(version: PlanVersion) -> bool:
+    """Tell whether the version was re-planned, or edited from one that descends from a re-plan."""
+    return replan_origin(version) is not None
+
+
+def kept_steps(old: PlanVersion, plan: DagPlan) -> dict[str, PlanNode]:
+    """Return the steps of `old` that ended and that `plan` holds unchanged, by key.
+
+    Unchanged is the same key and the same content hash (its dependencies included): such a step
+    keeps its status and output in the version stored from `plan`; a changed one is a new step.
+    """
+    steps = {leaf.key: leaf for leaf in plan.leaves}
+    return {
+        row.key: row
+        for row in PlanNode.objects.filter(
+            version=old, kind=PlanNode.Kind.LEAF, status__in=KEPT_STATUSES, key__in=list(steps)
+        )
+        if row.content_hash == node_hash(steps[row.key], sorted(plan.dependencies[row.key]))
+    }

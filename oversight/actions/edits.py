@@ -4,7 +4,10 @@ The edited plan is re-validated in full, exactly as a planned one is (agents, to
 tool inputs, limits, cycles); a refused edit changes nothing. An accepted one is stored as the
 case's next version (RELIABILITY R2): the old version's open gates become void, the new version's
 gates open, and the approvals of steps the edit left unchanged carry over (bound to the same
-content hash); the editor cannot approve the version they made.
+content hash) — but not the editor's own: the editor cannot approve the version they made, so a
+step they had approved needs another officer's approval there. Steps that ended already (the
+edited version descends from a re-plan) and that the edit left unchanged keep their status and
+output in the new version: nothing that succeeded runs again.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from oversight.actions.gates import (
     open_gates,
     void_open_gates,
 )
-from oversight.models import Gate, GateKind, GateStatus
+from oversight.actions.kept_steps import carry_results
+from oversight.models import Gate, GateDecision, GateKind, GateStatus
 from planning import rules
 from planning.actions import plan_limits
 from planning.catalogue import all_tool_specs, current_catalogue
@@ -36,7 +40,7 @@ from planning.core.serialize import canonical_json, node_hash
 from planning.core.tree import Compound, Leaf, Node, Provenance
 from planning.core.validation import validate_plan
 from planning.models import Case, CaseStatus, PlanVersion
-from planning.versions import load_plan, store_version, with_tool_risks
+from planning.versions import kept_steps, load_plan, store_version, with_tool_risks
 
 EDIT_PLAN = "oversight.edit_plan"
 EDITABLE = ("agent", "task", "inputs", "depends_on")
@@ -219,8 +223,24 @@ def _edited_plan(plan: DagPlan, key: str, changes: Mapping[str, Any], user: User
         raise EditInvalid(_field_of(changes), str(exc) or type(exc).__name__) from None
 
 
-def _carried(old: PlanVersion, new_plan: DagPlan) -> dict[str, Gate]:
-    """Return the approved step gates of `old` whose steps the edit left unchanged, by key."""
+def _approved_by(gate: Gate, user: User) -> bool:
+    """Tell whether `user` approved the gate, or a gate its approval was carried from."""
+    ids: list[int] = []
+    current: Gate | None = gate
+    while current is not None:
+        ids.append(current.pk)
+        current = current.carried_from
+    return GateDecision.objects.filter(
+        gate_id__in=ids, decider=user, decision=GateDecision.Decision.APPROVE
+    ).exists()
+
+
+def _carried(old: PlanVersion, new_plan: DagPlan, editor: User) -> dict[str, Gate]:
+    """Return the approved step gates of `old` whose steps the edit left unchanged, by key.
+
+    The editor's own approvals are not carried (RELIABILITY S5): the editor may not approve the
+    version they made, so such a step's gate opens again for another officer.
+    """
     gates = Gate.objects.filter(
         version=old, kind=GateKind.STEP, status=GateStatus.APPROVED
     ).select_related("node")
@@ -229,7 +249,11 @@ def _carried(old: PlanVersion, new_plan: DagPlan) -> dict[str, Gate]:
     for gate in gates:
         key = gate.node.key if gate.node is not None else ""
         leaf = leaves.get(key)
-        if leaf is not None and node_hash(leaf, new_plan.dependencies[key]) == gate.content_hash:
+        if (
+            leaf is not None
+            and node_hash(leaf, new_plan.dependencies[key]) == gate.content_hash
+            and not _approved_by(gate, editor)
+        ):
             carried[key] = gate
     return carried
 
@@ -301,6 +325,9 @@ def _edit(
         "reason": reason,
         "from_version": old.number,
     }
+    # Steps that ended already (the version descends from a re-plan) and that the edit left
+    # unchanged keep their status and output: nothing that succeeded runs again (S1).
+    kept = kept_steps(old, new_plan)
     version = store_version(case, new_plan, edited_by=user, edit=edit)
     case.current_version = version
     case.save(update_fields=["current_version", "updated_at"])
@@ -325,10 +352,13 @@ def _edit(
                 "node": after,
             },
             "diff": diff.as_data(),
+            "kept": sorted(kept),
         },
     )
     void_open_gates(old, why=f"replaced by version {version.number}", actor=user)
-    open_gates(version, carried=_carried(old, new_plan))
+    open_gates(version, carried=_carried(old, new_plan, user))
+    if kept:
+        carry_results(version, kept)
     return EditResult(version=version, diff=diff)
 
 

@@ -42,7 +42,7 @@ from planning.models import (
     PlanNode,
     PlanVersion,
 )
-from planning.versions import is_replan
+from planning.versions import descends_from_replan
 
 logger = logging.getLogger(__name__)
 
@@ -424,12 +424,13 @@ def _conflict(gate: Gate, user: User, decision: DecisionInput) -> str | None:
 
 
 def _replan_conflict(gate: Gate) -> str | None:
-    """Return why a re-planned version's plan gate cannot be approved yet, or None.
+    """Return why the plan gate of a version descended from a re-plan (the re-planned version
+    or an edit of it) cannot be approved yet, or None.
 
     A step of an earlier version that still runs must end first: its result decides whether the
-    new version's copy of it still has to run.
+    new version's copy of it still has to run (RELIABILITY S2).
     """
-    if gate.kind != GateKind.PLAN or not is_replan(gate.version):
+    if gate.kind != GateKind.PLAN or not descends_from_replan(gate.version):
         return None
     running = list(
         PlanNode.objects.filter(

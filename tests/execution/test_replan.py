@@ -14,6 +14,7 @@ from django.urls import reverse
 
 from audit.models import AuditEvent
 from execution import actions as execution
+from oversight.actions.edits import edit_plan
 from oversight.actions.gates import DecisionDenied, DecisionInput, GateConflict, decide_gate
 from oversight.models import Gate, GateKind, GateStatus
 from planning.actions import materialise_plan, submit_case
@@ -72,6 +73,18 @@ def runs(effects: Path, case: Case, key: str) -> int:
 
 def statuses(case: Case) -> dict[str, str]:
     return {key: node.status for key, node in leaves(case).items()}
+
+
+def edit_report(case: Case, editor: Any) -> PlanVersion:
+    """Edit the `report` step of the case's current version; return the version it made."""
+    return edit_plan(
+        case_id=case.pk,
+        user=editor,
+        node_key="report",
+        changes={"task": "do report, with the sources named"},
+        reason_code="incomplete",
+        reason="name the sources",
+    ).version
 
 
 @pytest.mark.parametrize("strategy", ["static", "forward", "hybrid"])
@@ -247,3 +260,101 @@ def test_the_version_pages_show_the_replan_and_the_replaced_subtree(
     assert "re-plans" in page and "fetch-primary" in page and "fetch-mirror" in page
     detail = client.get(reverse("planning:case-detail", args=[case.pk]))
     assert "re-planned after step fetch-primary failed" in detail.content.decode()
+
+
+@pytest.mark.scenario("S1")
+def test_an_edit_of_a_replanned_version_keeps_the_steps_that_ended_and_nothing_runs_again(
+    effects, analyst, officer, second_officer
+):
+    case = planned(analyst, sources=["primary", "mirror"], failing=["primary"])
+    approve_plan(case, officer)
+    run_ready(case)  # primary fails: version 2 fetches from the mirror
+    case.refresh_from_db()
+    replanned = leaves(case)
+    assert replanned["prepare"].status == NodeStatus.SUCCEEDED
+
+    version = edit_report(case, second_officer)
+
+    assert version.number == 3 and version.edited_by == second_officer
+    now = leaves(case)
+    # The unchanged steps that succeeded are still succeeded, with their output.
+    for key in ("prepare", "fetch-index"):
+        assert now[key].status == NodeStatus.SUCCEEDED, key
+        assert now[key].output == replanned[key].output
+        assert now[key].attempts == replanned[key].attempts
+    # The step the edit changed and the one the re-plan added have still to run.
+    assert now["report"].status == NodeStatus.PENDING
+    assert now["report"].task == "do report, with the sources named"
+    assert now["fetch-mirror"].status == NodeStatus.PENDING
+
+    approve_plan(case, officer)
+    run_ready(case)
+    case.refresh_from_db()
+    assert case.status == CaseStatus.COMPLETED, (case.verification, statuses(case))
+    assert runs(effects, case, "prepare") == 1
+    assert runs(effects, case, "fetch-index") == 1
+    assert runs(effects, case, "fetch-mirror") == 1
+    assert runs(effects, case, "report") == 1
+
+
+@pytest.mark.scenario("S2")
+def test_an_edited_replanned_version_waits_for_a_step_still_running_on_the_old_version(
+    effects, analyst, officer, second_officer
+):
+    case = planned(analyst, sources=["primary", "mirror"], failing=["primary"], parallel=True)
+    approve_plan(case, officer)
+    # `prepare` is running (a slow worker) when the other branch fails and re-plans the case.
+    claim = execution.claim_leaf(leaves(case)["prepare"].pk, worker="slow")
+    run_ready(case)
+    case.refresh_from_db()
+    assert case.current_version.number == 2
+    # The re-planned version is edited: the edited version descends from the re-plan.
+    version = edit_report(case, second_officer)
+    assert version.number == 3
+    assert leaves(case)["prepare"].status == NodeStatus.PENDING
+    with pytest.raises(GateConflict, match="still running"):
+        approve_plan(case, officer)
+    assert Gate.objects.get(version=version, kind=GateKind.PLAN).status == GateStatus.PENDING
+    # The slow step records its result on version 1 ...
+    output = {"label": "prepare", "effects": 1, "invocations": 1}
+    execution.complete_leaf(claim.node_id, claim.attempt, output)
+    # ... and approving version 3 carries it over: it does not run a second time.
+    approve_plan(case, officer)
+    carried = AuditEvent.objects.get(action="planning.plan.results_carried")
+    assert carried.data["nodes"] == ["prepare"]
+    assert carried.data["version"] == 3 and carried.data["from_version"] == 1
+    assert leaves(case)["prepare"].status == NodeStatus.SUCCEEDED
+    assert leaves(case)["prepare"].output == output
+    run_ready(case)
+    case.refresh_from_db()
+    assert case.status == CaseStatus.COMPLETED, case.verification
+    assert runs(effects, case, "prepare") == 0  # completed by the slow "worker" above only
+    assert runs(effects, case, "fetch-mirror") == 1
+    assert runs(effects, case, "report") == 1
+
+
+def test_a_step_that_ended_and_is_edited_in_a_replanned_version_is_a_new_step(
+    effects, analyst, officer, second_officer
+):
+    case = planned(analyst, sources=["primary", "mirror"], failing=["primary"])
+    approve_plan(case, officer)
+    run_ready(case)  # primary fails: version 2 fetches from the mirror
+    edit_plan(
+        case_id=case.pk,
+        user=second_officer,
+        node_key="prepare",
+        changes={"task": "do prepare, once more"},
+        reason_code="incomplete",
+    )
+    now = leaves(case)
+    assert now["prepare"].status == NodeStatus.PENDING
+    assert now["prepare"].output is None
+    assert now["fetch-index"].status == NodeStatus.SUCCEEDED
+    event = AuditEvent.objects.get(action="planning.plan.edited")
+    assert event.data["kept"] == ["fetch-index"]
+    approve_plan(case, officer)
+    run_ready(case)
+    case.refresh_from_db()
+    assert case.status == CaseStatus.COMPLETED, (case.verification, statuses(case))
+    assert runs(effects, case, "prepare") == 2  # the edited step ran, under its same key
+    assert runs(effects, case, "fetch-index") == 1

@@ -204,6 +204,58 @@ def test_the_editor_cannot_approve_their_version_and_a_second_officer_can(
     assert case.status == CaseStatus.EXECUTING  # approved, and its first steps are ready
 
 
+@pytest.mark.scenario("S5")
+def test_the_editors_own_approval_of_a_step_does_not_count_in_the_version_they_made(
+    case: Case, people: dict[str, Any], second_auditor: Agent
+) -> None:
+    v1 = case.current_version
+    assert v1 is not None
+    hold = _gate(v1, GateKind.STEP, "place-hold")
+    gates.decide_gate(gate_id=hold.pk, user=people["officer"], decision=SIGNED_APPROVE)
+    assert _gate(v1, GateKind.STEP, "place-hold").status == GateStatus.APPROVED
+
+    # The officer who approved the hold edits another step of the same version.
+    v2 = _edit(case, people["officer"], "check-totals", {"agent": "second-auditor"}).version
+
+    step = _gate(v2, GateKind.STEP, "place-hold")
+    assert step.status == GateStatus.PENDING
+    assert step.carried_from_id is None
+    assert step.approvals == 0
+    assert PlanNode.objects.get(version=v2, key="place-hold").status == (
+        NodeStatus.AWAITING_APPROVAL
+    )
+    (opened,) = [e for e in _events(case, "oversight.gate.opened") if e.data["gate"] == step.pk]
+    assert opened.data["status"] == GateStatus.PENDING
+    # The gate re-opens for someone else: the editor may not decide it, another officer may.
+    with pytest.raises(DecisionDenied, match="editor"):
+        gates.decide_gate(gate_id=step.pk, user=people["officer"], decision=SIGNED_APPROVE)
+    gates.decide_gate(gate_id=step.pk, user=people["second"], decision=SIGNED_APPROVE)
+    assert _gate(v2, GateKind.STEP, "place-hold").status == GateStatus.APPROVED
+
+
+@pytest.mark.scenario("S5")
+def test_an_approval_carried_through_an_earlier_edit_does_not_count_once_its_officer_edits(
+    case: Case, people: dict[str, Any], second_auditor: Agent
+) -> None:
+    v1 = case.current_version
+    assert v1 is not None
+    hold = _gate(v1, GateKind.STEP, "place-hold")
+    gates.decide_gate(gate_id=hold.pk, user=people["officer"], decision=SIGNED_APPROVE)
+    # Another officer's edit carries the approval (the approver did not make version 2) ...
+    v2 = _edit(case, people["second"], "check-totals", {"agent": "second-auditor"}).version
+    assert _gate(v2, GateKind.STEP, "place-hold").carried_from_id == hold.pk
+    # ... but once the approver edits version 2, their approval does not count in version 3.
+    v3 = _edit(
+        case,
+        people["officer"],
+        "check-duplicate",
+        {"task": "Look for a duplicate payment"},
+        reason_code="incomplete",
+    ).version
+    step = _gate(v3, GateKind.STEP, "place-hold")
+    assert (step.status, step.approvals, step.carried_from_id) == (GateStatus.PENDING, 0, None)
+
+
 def test_a_removed_step_is_gone_from_the_new_version_and_its_gate_void(
     case: Case, people: dict[str, Any]
 ) -> None:
