@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -28,7 +29,7 @@ from execution.common import (
 from execution.models import ExecutionControl, LeafAttempt, TrustScore
 from execution.trust_actions import effective_trust
 from oversight.actions.gate_policy import active_policy
-from oversight.actions.gates import open_escalation_gate, reopen_step_gate
+from oversight.actions.gates import open_escalation_gate, reopen_gate
 from oversight.models import Gate, GateKind, GateStatus
 from planning.models import Agent, Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
 
@@ -132,30 +133,61 @@ def mark_ready(
 # Claiming ---------------------------------------------------------------------------------
 
 
-def _approval_problem(node: PlanNode, case: Case, now: datetime) -> str | None:
-    """Return why the leaf's approvals do not allow it to run now, or None when they do."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Approvals:
+    """What the approvals of a leaf say at its claim."""
+
+    # Why they do not allow it to run now (None: they do).
+    problem: str | None = None
+    # The approved gate that no longer holds (expired, or its content changed): reopened.
+    lapsed: Gate | None = None
+    # The leaf waits for its plan's gate, not for a gate of its own.
+    for_plan: bool = False
+    # A gate of the leaf's own (a step gate, or the escalation of its rejection) approved it.
+    approved: bool = False
+
+
+def _approvals(node: PlanNode, case: Case, now: datetime) -> _Approvals:
+    """Check the leaf's approvals: its plan's gate, then its own live one, if it has one."""
     if case.current_version_id != node.version_id:
-        return f"plan version {node.version.number} is no longer the case's current version"
-    gates = list(
+        version = node.version.number
+        return _Approvals(problem=f"plan version {version} is no longer the case's current version")
+    gates = sorted(
         Gate.objects.filter(version=node.version).filter(
-            Q(kind=GateKind.PLAN) | Q(kind=GateKind.STEP, node=node)
-        )
+            Q(kind=GateKind.PLAN) | Q(kind__in=(GateKind.STEP, GateKind.ESCALATION), node=node)
+        ),
+        key=lambda g: g.pk,
     )
-    plan = [g for g in gates if g.kind == GateKind.PLAN]
-    if not plan or plan[0].status != GateStatus.APPROVED:
-        return "the plan gate is not approved"
-    if plan[0].content_hash != node.version.content_hash:
-        return "the plan changed after its approval"
-    # The step's live gate: an approval that expired was replaced by a newer gate.
-    steps = sorted((g for g in gates if g.kind == GateKind.STEP), key=lambda g: g.pk)
-    for gate in steps[-1:]:
-        if gate.status != GateStatus.APPROVED:
-            return f"the step gate is {gate.status}"
-        if gate.content_hash != node.content_hash:
-            return "the step changed after its approval (content hash differs)"
-        if gate.approval_expires_at is not None and gate.approval_expires_at <= now:
-            return f"the step's approval expired at {gate.approval_expires_at.isoformat()}"
-    return None
+    # The plan's live gate: an approval that expired was replaced by a newer gate (S4).
+    plan = next((g for g in reversed(gates) if g.kind == GateKind.PLAN), None)
+    if plan is None or plan.status != GateStatus.APPROVED:
+        status = plan.status if plan is not None else "missing"
+        return _Approvals(problem=f"the plan gate is {status}", for_plan=True)
+    if plan.content_hash != node.version.content_hash:
+        return _Approvals(problem="the plan changed after its approval", lapsed=plan, for_plan=True)
+    if plan.approval_expires_at is not None and plan.approval_expires_at <= now:
+        when = plan.approval_expires_at.isoformat()
+        why = f"the plan's approval expired at {when}"
+        return _Approvals(problem=why, lapsed=plan, for_plan=True)
+    # The step's live gate: the newest step gate, or, when that one was rejected, the escalation
+    # of the rejection approved after it (S6).
+    live = next((g for g in reversed(gates) if g.kind == GateKind.STEP), None)
+    if live is not None and live.status == GateStatus.REJECTED:
+        later = [g for g in gates if g.kind == GateKind.ESCALATION and g.pk > live.pk]
+        if later and later[-1].status == GateStatus.APPROVED:
+            live = later[-1]
+    if live is None:
+        return _Approvals()
+    if live.status != GateStatus.APPROVED:
+        return _Approvals(problem=f"the step gate is {live.status}")
+    if live.content_hash != node.content_hash:
+        return _Approvals(
+            problem="the step changed after its approval (content hash differs)", lapsed=live
+        )
+    if live.approval_expires_at is not None and live.approval_expires_at <= now:
+        when = live.approval_expires_at.isoformat()
+        return _Approvals(problem=f"the step's approval expired at {when}", lapsed=live)
+    return _Approvals(approved=True)
 
 
 def _agent_and_scores(slug: str) -> tuple[Agent | None, list[TrustScore]]:
@@ -166,11 +198,14 @@ def _agent_and_scores(slug: str) -> tuple[Agent | None, list[TrustScore]]:
     return Agent.objects.filter(slug=slug).first(), []
 
 
-def _routing(node: PlanNode, planned: Agent | None, scores: list[TrustScore]) -> trust.Routing:
+def _routing(
+    node: PlanNode, planned: Agent | None, scores: list[TrustScore], *, approved: bool
+) -> trust.Routing:
     """Check who should run the leaf: the planned agent while it is trusted enough.
 
     The planned agent's own trust is read first; the other candidates (and their load) only
-    when it is not trusted enough or not available.
+    when it is not trusted enough or not available. An agent with no outcomes yet runs a step
+    a gate of its own `approved` unless the policy's `cold_start` says to escalate it.
     """
     _, policy = active_policy()
     threshold = policy.trust_threshold
@@ -181,6 +216,9 @@ def _routing(node: PlanNode, planned: Agent | None, scores: list[TrustScore]) ->
             return trust.route(
                 node.agent, [trust.Candidate(agent=planned.slug, trust=mine)], threshold=threshold
             )
+        untried = not any(s.successes or s.failures for s in scores)
+        if untried and approved and policy.cold_start == "trusted":
+            return trust.cold_start(planned.slug, mine, threshold=threshold)
     able = Agent.objects.filter(enabled=True).prefetch_related("scores")
     if planned is not None:
         able = able.filter(kind=planned.kind)
@@ -235,8 +273,13 @@ def _claim(node_id: int, worker: str) -> Claim | str:
         if PlanNode.objects.filter(pk=node_id, kind=LEAF).exists():
             raise ClaimRefused("the leaf is held by another transaction")
         raise ClaimRefused("no such leaf")
-    if node.status != NodeStatus.READY:
+    if node.status == NodeStatus.RETRYING:
+        # A retry's backoff message: the retry starts when its wait is over (S11), not before.
+        if node.next_attempt_at is not None and node.next_attempt_at > timezone.now():
+            raise ClaimRefused(f"the leaf is retrying until {node.next_attempt_at.isoformat()}")
+    elif node.status != NodeStatus.READY:
         raise ClaimRefused(f"the leaf is {node.status}")
+    before = node.status
     case = node.version.case
     if case.status not in RUNNING_CASE_STATUSES:
         raise ClaimRefused(f"the case is {case.status}")
@@ -252,35 +295,37 @@ def _claim(node_id: int, worker: str) -> Claim | str:
         "execution.leaf.claimed",
         actor=node.agent or None,
         chain=case_chain(case.pk),
-        data=claim_data(taken, worker),
+        data=claim_data(taken, worker, before=before),
     )
     return taken
 
 
-def claim_data(claim: Claim, worker: str) -> dict[str, Any]:
+def claim_data(claim: Claim, worker: str, *, before: str = NodeStatus.READY) -> dict[str, Any]:
     return {
         "node": claim.key,
         "attempt": claim.attempt,
         "worker": worker,
         "lease_until": claim.lease_until.isoformat(),
-        "before": {"status": "ready"},
+        "before": {"status": str(before)},
         "after": {"status": "running"},
     }
 
 
 def take_leaf(node: PlanNode, case: Case, worker: str) -> Claim | str:
-    """Claim a locked `ready` leaf of a running case: approvals, routing, then `running`.
+    """Claim a locked `ready` (or due `retrying`) leaf of a running case: approvals, routing,
+    then `running`.
 
     Returns the claim, or why the leaf may not run now (its state, waiting for a new approval
     or an escalation, is changed and audited in the caller's transaction). The caller audits
     the claim itself: in an event of its own, or in the completion that handed it over.
     """
     now = timezone.now()
-    if (why := _approval_problem(node, case, now)) is not None:
-        _refuse_for_approval(node, case, why)
-        return why
+    approvals = _approvals(node, case, now)
+    if approvals.problem is not None:
+        _refuse_for_approval(node, case, approvals)
+        return approvals.problem
     planned, scores = _agent_and_scores(node.agent)
-    routing = _routing(node, planned, scores)
+    routing = _routing(node, planned, scores, approved=approvals.approved)
     objects = routing.escalate or routing.agent != node.agent
     # An approved escalation overrules the routing; it is only looked for when routing objects.
     if objects and not _overruled(node):
@@ -307,6 +352,7 @@ def take_leaf(node: PlanNode, case: Case, worker: str) -> Claim | str:
         lease_until=lease_until,
         started_at=now,
         finished_at=None,
+        next_attempt_at=None,
         routing=routing.as_data(),
     )
     LeafAttempt.objects.create(node=node, number=attempt, worker=worker[:255], started_at=now)
@@ -330,26 +376,36 @@ def _overruled(node: PlanNode) -> bool:
     ).exists()
 
 
-def _refuse_for_approval(node: PlanNode, case: Case, why: str) -> None:
-    """Put a leaf whose approval no longer holds back to waiting, and ask for a new approval."""
-    chain = case_chain(case.pk)
-    append_event(
-        "execution.leaf.claim_refused",
-        chain=chain,
-        data={"node": node.key, "why": why, "before": {"status": node.status}},
-    )
+def _refuse_for_approval(node: PlanNode, case: Case, approvals: _Approvals) -> None:
+    """Put a leaf whose approval no longer holds back to waiting, and ask for a new approval.
+
+    A leaf waiting for its plan's gate is `pending` (a new plan approval releases it with the
+    others); one waiting for a gate of its own is `awaiting_approval`. The approval that lapsed
+    is reopened once, however many leaves' claims find it (its row is locked to check).
+    """
+    why = approvals.problem
+    assert why is not None
     if node.version_id != case.current_version_id:
         # A replaced version's leaf never runs; the current version has leaves of its own.
-        PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.CANCELLED)
-        return
-    PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.AWAITING_APPROVAL)
-    step = (
-        Gate.objects.filter(version=node.version, node=node, kind=GateKind.STEP)
-        .order_by("-pk")
-        .first()
+        after = NodeStatus.CANCELLED
+    else:
+        after = NodeStatus.PENDING if approvals.for_plan else NodeStatus.AWAITING_APPROVAL
+    append_event(
+        "execution.leaf.claim_refused",
+        chain=case_chain(case.pk),
+        data={
+            "node": node.key,
+            "why": why,
+            "before": {"status": node.status},
+            "after": {"status": after},
+        },
     )
-    if step is not None and step.status == GateStatus.APPROVED:
-        reopen_step_gate(step, why=why)
+    PlanNode.objects.filter(pk=node.pk).update(status=after, next_attempt_at=None)
+    if after != NodeStatus.CANCELLED and approvals.lapsed is not None:
+        lapsed = Gate.objects.select_for_update(of=("self",)).select_related("version", "node")
+        gate = lapsed.get(pk=approvals.lapsed.pk)
+        if gate.status == GateStatus.APPROVED:
+            reopen_gate(gate, why=why)
 
 
 def lease_holds(node_id: int, attempt: int) -> bool:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from execution.cases import finish_if_done
-from execution.claiming import start_execution
+from execution.claiming import release_ready, start_execution
 from execution.common import RUNNING_CASE_STATUSES
 from execution.ending import on_escalation_rejected, on_step_approved
 from execution.replanning import before_start
@@ -18,9 +18,11 @@ def on_gate_decided(gate: Gate, decision: GateDecision) -> None:
     """Start, resume or end steps as the decision of `gate` lets them.
 
     An approved plan gate that approved its case starts execution (carrying over, for a
-    version descended from a re-plan, what the re-planned version's steps did meanwhile); an
-    approved step or escalation gate lets its step run; a rejected escalation fails its step for
-    good.
+    version descended from a re-plan, what the re-planned version's steps did meanwhile); one
+    that renewed the approval of a running case's plan (the earlier one expired: S4) releases the
+    steps that waited for it; an approved step or escalation gate lets its step run (an
+    escalation of a rejected step in the rejection's place: S6); a rejected escalation fails its
+    step for good.
     """
     case = gate.case
     actor = decision.decider
@@ -42,6 +44,8 @@ def on_gate_decided(gate: Gate, decision: GateDecision) -> None:
             if descends_from_replan(gate.version):
                 # Every step may have ended already (kept from the earlier version).
                 finish_if_done(case)
+        elif case.status in RUNNING_CASE_STATUSES:
+            release_ready(gate.version, case=case)
     elif gate.node is not None:
         on_step_approved(gate, actor=actor)
     elif gate.kind == GateKind.ESCALATION and case.status in RUNNING_CASE_STATUSES:

@@ -151,3 +151,15 @@ def route(assigned: str, candidates: Sequence[Candidate], *, threshold: float) -
         rationale=f"{why}; {best.agent} takes it: trust {best.trust:.2f}, load {best.load}",
         candidates=ranked,
     )
+
+
+def cold_start(assigned: str, prior: float, *, threshold: float) -> Routing:
+    """Route a leaf to `assigned` although its trust is under `threshold`: it has no outcomes yet
+    (its trust is only its prior) and a person approved the leaf, so nobody is asked again."""
+    return Routing(
+        agent=assigned,
+        escalate=False,
+        rationale=f"{assigned} as planned: no history yet (prior trust {prior:.2f} < "
+        f"{threshold:.2f}); a person approved the step",
+        candidates=(Candidate(agent=assigned, trust=prior),),
+    )

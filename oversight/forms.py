@@ -9,7 +9,7 @@ from django import forms
 from django.contrib.admin.helpers import ActionForm
 
 from oversight.models import ReasonCode
-from oversight.policy import RISK_CLASSES, PolicySettings, SettingsInvalid
+from oversight.policy import COLD_START, RISK_CLASSES, PolicySettings, SettingsInvalid
 
 RISK_CHOICES = [(risk, risk) for risk in RISK_CLASSES]
 
@@ -23,6 +23,10 @@ SETTING_HELP: dict[str, str] = {
         "Comma-separated words: an input whose name contains one of them holds an amount."
     ),
     "trust_threshold": "Every step of an agent trusted less than this (0 to 1) is gated.",
+    "cold_start": (
+        "An agent with no outcomes yet, on a step an officer approved: trusted runs it as "
+        "planned; escalate asks the escalation group first."
+    ),
     "llm_depth_threshold": (
         "LLM-planned steps at this depth of decomposition or deeper are gated (0: all of them)."
     ),
@@ -60,6 +64,7 @@ class PolicyProposalForm(forms.Form):
     )
     amount_keys = forms.CharField(max_length=500)
     trust_threshold = forms.FloatField(min_value=0, max_value=1)
+    cold_start = forms.ChoiceField(choices=[(choice, choice) for choice in COLD_START])
     llm_depth_threshold = forms.IntegerField(min_value=0, max_value=20)
     destructive_quorum = forms.IntegerField(min_value=1, max_value=5)
     approver_group = forms.CharField(max_length=150)

@@ -169,8 +169,11 @@ class Gate(models.Model):
     class Meta:
         ordering = ["deadline", "id"]
         constraints = [
+            # One live plan gate per version; an approval that expired is replaced by a new gate.
             models.UniqueConstraint(
-                fields=["version"], condition=Q(kind="plan"), name="gate_one_plan_gate_per_version"
+                fields=["version"],
+                condition=Q(kind="plan", status__in=["pending", "approved"]),
+                name="gate_one_live_plan_gate_per_version",
             ),
             # One live step gate per step; an approval that expired is replaced by a new gate.
             models.UniqueConstraint(

@@ -23,6 +23,9 @@ from typing import Any
 
 RISK_CLASSES = ("read", "write", "financial", "external", "destructive")
 LEVELS = ("low", "medium", "high")
+# What routing does with an agent that has no outcomes yet, on a step an officer approved: run it
+# as planned ("no history yet"), or escalate it like any agent under the trust threshold.
+COLD_START = ("trusted", "escalate")
 
 
 class SettingsInvalid(ValueError):
@@ -47,6 +50,9 @@ class PolicySettings:
     amount_keys: tuple[str, ...] = ("amount", "total", "value", "price", "cost", "sum", "limit")
     # Agents trusted less than this need approval of each step they do.
     trust_threshold: float = 0.6
+    # An agent with no outcomes yet (its trust only its prior) under the threshold: "trusted" runs
+    # a step of it an officer approved; "escalate" asks the escalation group first.
+    cold_start: str = "trusted"
     # LLM-planned steps at this depth of decomposition or deeper are gated (0: every LLM step).
     llm_depth_threshold: int = 2
     # Quorum of destructive steps (distinct officers).
@@ -108,6 +114,8 @@ class PolicySettings:
             problems["amount_keys"] = "an amount key must not be blank"
         if not 0 <= self.trust_threshold <= 1:
             problems["trust_threshold"] = "the trust threshold must be between 0 and 1"
+        if self.cold_start not in COLD_START:
+            problems["cold_start"] = f"must be one of {', '.join(COLD_START)}"
         if self.llm_depth_threshold < 0:
             problems["llm_depth_threshold"] = "the LLM depth threshold must not be negative"
         if not 1 <= self.destructive_quorum <= 5:
@@ -171,6 +179,8 @@ def loosening(old: PolicySettings, new: PolicySettings) -> list[str]:
             looser.append(words)
     if new.trust_threshold < old.trust_threshold:
         looser.append("trust threshold lowered")
+    if old.cold_start == "escalate" and new.cold_start != "escalate":
+        looser.append("approved steps of agents with no history no longer escalated")
     if new.destructive_quorum < old.destructive_quorum:
         looser.append("destructive quorum lowered")
     if set(new.amount_keys) < set(old.amount_keys) or not set(old.amount_keys) <= set(
@@ -428,6 +438,7 @@ def classify(
 
 __all__ = [
     "CLASSIFIERS",
+    "COLD_START",
     "Classification",
     "Classifier",
     "Finding",

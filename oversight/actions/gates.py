@@ -623,29 +623,34 @@ def _on_rejected(gate: Gate, user: User, record: GateDecision) -> None:
         notify.case_decided(case, approved=False, by=user)
     else:
         # escalate, and retry/replan (a rejection is not transient; re-planning a rejected step
-        # is decided by a supervisor): an escalation gate for the supervisor group.
+        # is decided by a supervisor): an escalation gate for the supervisor group. Approving it
+        # authorises the step in the rejected gate's place: a signature where that one needed it.
         PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.AWAITING_APPROVAL)
         open_escalation_gate(
             gate.version,
             node,
             reason=f"step {node.key} {why}; failure policy {policy}",
             actor=user,
+            needs_signature=gate.needs_signature,
         )
 
 
-def reopen_step_gate(gate: Gate, *, why: str) -> Gate:
-    """Open a new pending step gate in place of an approval that no longer holds (expired).
+def reopen_gate(gate: Gate, *, why: str) -> Gate:
+    """Open a new pending gate of the same kind (plan, step, or escalation of a rejected step)
+    in place of an approval that no longer holds (expired, or its content changed).
 
-    The old gate keeps its decisions and is marked `expired`; the approver group is notified.
+    The old gate keeps its decisions and is made `void`, closed (not `expired`: that is a gate
+    held past its deadline, still open, which would keep its case from ever ending); the event
+    says its approval expired. The approver group is notified.
     """
     now = timezone.now()
     policy = _policy_of(gate)
-    Gate.objects.filter(pk=gate.pk).update(status=GateStatus.EXPIRED)
+    Gate.objects.filter(pk=gate.pk).update(status=GateStatus.VOID)
     fresh = Gate.objects.create(
         case_id=gate.case_id,
         version=gate.version,
         node=gate.node,
-        kind=GateKind.STEP,
+        kind=gate.kind,
         reason=f"{gate.reason}; re-approval needed: {why}",
         reasons=gate.reasons,
         risk=gate.risk,
@@ -653,7 +658,7 @@ def reopen_step_gate(gate: Gate, *, why: str) -> Gate:
         escalation_group=gate.escalation_group,
         quorum=gate.quorum,
         needs_signature=gate.needs_signature,
-        content_hash=gate.node.content_hash if gate.node else gate.content_hash,
+        content_hash=gate.node.content_hash if gate.node else gate.version.content_hash,
         policy_version=gate.policy_version,
         opened_at=now,
         remind_at=now + timedelta(hours=policy.gate_hours) / 2,
@@ -663,7 +668,12 @@ def reopen_step_gate(gate: Gate, *, why: str) -> Gate:
     append_event(
         "oversight.gate.expired",
         chain=chain,
-        data={"gate": gate.pk, "why": why, "after": {"status": GateStatus.EXPIRED}},
+        data={
+            "gate": gate.pk,
+            "why": why,
+            "before": {"status": gate.status},
+            "after": {"status": GateStatus.VOID},
+        },
     )
     append_event(
         "oversight.gate.opened", chain=chain, data=_gate_data(fresh) | {"replaces": gate.pk}
@@ -680,8 +690,10 @@ def open_escalation_gate(
     reason: str,
     actor: User | None = None,
     risk: str = GateRisk.HIGH,
+    needs_signature: bool = False,
 ) -> Gate:
-    """Open an escalation gate for the escalation group of the active policy."""
+    """Open an escalation gate for the escalation group of the active policy (its approval an
+    e-signature when `needs_signature`)."""
     policy_version, policy = active_policy()
     now = timezone.now()
     gate = Gate.objects.create(
@@ -694,6 +706,7 @@ def open_escalation_gate(
         risk=risk,
         approver_group=role_group(policy.escalation_group),
         escalation_group=role_group(policy.escalation_group),
+        needs_signature=needs_signature,
         content_hash=node.content_hash if node is not None else version.content_hash,
         policy_version=policy_version if policy_version.pk else None,
         opened_at=now,

@@ -158,7 +158,7 @@ def test_an_approval_that_expired_before_execution_never_runs_and_a_new_one_is_a
     assert nodes["place-hold"].attempts == 0
     assert ErpPaymentHold.objects.filter(invoice_id="INV-1042").count() == 0
     hold.refresh_from_db()
-    assert hold.status == GateStatus.EXPIRED
+    assert hold.status == GateStatus.VOID  # closed: an `expired` gate is one held, still open
     refusal = AuditEvent.objects.get(action="execution.leaf.claim_refused")
     assert "approval expired" in refusal.data["why"]
     fresh = _gate(case, GateKind.STEP, "place-hold")
@@ -167,6 +167,8 @@ def test_an_approval_that_expired_before_execution_never_runs_and_a_new_one_is_a
     run_ready(case)
     assert leaves(case)["place-hold"].status == NodeStatus.SUCCEEDED
     assert ErpPaymentHold.objects.filter(invoice_id="INV-1042").count() == 1
+    case.refresh_from_db()
+    assert case.status == CaseStatus.COMPLETED, case.verification
 
 
 @pytest.mark.scenario("O5")

@@ -85,6 +85,31 @@ def test_the_invoice_case_runs_on_a_real_worker_and_holds_the_payment_once(
     assert ErpPaymentHold.objects.filter(invoice_id="INV-1042").count() == 1
 
 
+@pytest.mark.scenario("S11", "E8")
+def test_a_retry_starts_when_its_backoff_message_arrives_not_at_a_reconciler_pass(
+    harness: Harness, analyst: Any, officer: Any
+) -> None:
+    case = harness.case(
+        analyst, [{"key": "flaky", "tool": "flaky", "failures": 1, "failure_policy": "retry"}]
+    )
+    # A real backoff (up to a second), and no reconciler: only the countdown message can start it.
+    worker = harness.worker(CASEHUB_LEAF_RETRY_BASE_S=1, CASEHUB_LEAF_RETRY_MAX_S=1)
+    try:
+        approve_plan(case, officer)
+        wait_until("the retry to succeed", lambda: leaf(case, "flaky").status == "succeeded",
+                   timeout=30, reconcile=False, workers=(worker,))  # fmt: skip
+    finally:
+        worker.stop()
+    assert leaf(case, "flaky").attempts == 2
+    assert harness.effects_of(case, "flaky") == (1, 2)
+    retrying = AuditEvent.objects.get(action="execution.leaf.retrying", data__node="flaky")
+    claimed = AuditEvent.objects.filter(action="execution.leaf.claimed", data__node="flaky")
+    claims = list(claimed.order_by("pk"))
+    assert [c.data["before"]["status"] for c in claims] == ["ready", "retrying"]
+    waited = (claims[1].time - retrying.time).total_seconds()
+    assert waited >= retrying.data["retry_in_s"] - 0.05, (waited, retrying.data)
+
+
 @pytest.mark.scenario("E6")
 def test_the_same_message_delivered_again_and_two_workers_racing_claim_once(
     harness: Harness, analyst: Any, officer: Any

@@ -341,6 +341,8 @@ def test_from_data_refuses_unknown_keys() -> None:
         ("trust_threshold", 1.5),
         ("trust_threshold", "nan"),
         ("trust_threshold", True),
+        ("cold_start", "maybe"),
+        ("cold_start", 1),
         ("llm_depth_threshold", -1),
         ("llm_depth_threshold", 1.5),
         ("destructive_quorum", 0),
@@ -387,6 +389,15 @@ def test_from_data_refuses_bad_values_naming_the_field(name: str, value: Any) ->
 )  # fmt: skip
 def test_loosening_names_each_looser_setting(changes: dict[str, Any], words: str) -> None:
     assert loosening(DEFAULTS, dataclasses.replace(DEFAULTS, **changes)) == [words]
+
+
+def test_no_longer_escalating_new_agents_loosens_and_escalating_them_does_not() -> None:
+    strict = dataclasses.replace(DEFAULTS, cold_start="escalate")
+    assert DEFAULTS.cold_start == "trusted"
+    assert loosening(strict, DEFAULTS) == [
+        "approved steps of agents with no history no longer escalated"
+    ]
+    assert loosening(DEFAULTS, strict) == []
 
 
 def test_a_lower_destructive_quorum_loosens() -> None:
