@@ -450,8 +450,11 @@ def _replan_conflict(gate: Gate) -> str | None:
 def _decide(
     gate_id: int, user: User, decision: DecisionInput, reason_code: ReasonCode | None
 ) -> Gate:
+    # The product's lock order: the case's row, then its gates (then nodes, work items, the
+    # trust row, the chain head), as a cancel, an edit and a case's end take them (S9).
+    case_id = Gate.objects.values_list("case_id", flat=True).get(pk=gate_id)
+    case = Case.objects.select_for_update().get(pk=case_id)
     gate = _load(gate_id, lock=True)
-    case = Case.objects.select_for_update().get(pk=gate.case_id)
     gate.case = case
     if (why := can_decide(user, gate)) is not None:  # roles may have changed meanwhile
         raise DecisionDenied(why)
