@@ -234,3 +234,59 @@ def test_cancelling_a_case_whose_human_step_waits_ends_the_step_and_its_work_ite
     assert item.status == WorkItem.Status.CANCELLED
     assert leaves(case)["extract-fields"].status == NodeStatus.CANCELLED
     assert {n.status for n in leaves(case).values()} == {NodeStatus.CANCELLED}
+
+
+def _leaf_events(case: Case, action: str, key: str) -> list[AuditEvent]:
+    return [
+        e
+        for e in AuditEvent.objects.filter(chain=f"case:{case.pk}", action=action).order_by("seq")
+        if e.data.get("node") == key
+    ]
+
+
+@pytest.mark.scenario("S8")
+def test_the_reconciler_records_a_retrying_step_made_ready_once(analyst, officer):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    case = planned_invoice_case(analyst)
+    approve(_gate(case, GateKind.PLAN), officer)
+    first = leaves(case)["extract-fields"]
+    PlanNode.objects.filter(pk=first.pk).update(failure_policy="retry")
+    claim = execution.claim_leaf(first.pk, worker="a")
+    execution.fail_leaf(first.pk, claim.attempt, error_class="transient", error="upstream busy")
+    assert leaves(case)["extract-fields"].status == NodeStatus.RETRYING
+    later = timezone.now() + timedelta(minutes=5)
+    assert execution.reconcile_execution(later).retried == (first.pk,)
+    assert execution.reconcile_execution(later).retried == ()
+    assert leaves(case)["extract-fields"].status == NodeStatus.READY
+    (event,) = _leaf_events(case, "execution.leaf.retry_ready", "extract-fields")
+    assert event.data["attempt"] == claim.attempt
+    assert (event.data["before"], event.data["after"]) == (
+        {"status": "retrying"},
+        {"status": "ready"},
+    )
+
+
+@pytest.mark.scenario("S8")
+def test_the_reconciler_records_a_lost_step_of_a_cancelled_case_it_cancels(analyst, officer):
+    case = planned_invoice_case(analyst)
+    approve(_gate(case, GateKind.PLAN), officer)
+    first = leaves(case)["extract-fields"]
+    claim = execution.claim_leaf(first.pk, worker="a")
+    execution.cancel_case(case_id=case.pk, user=officer, reason_code="duplicate", reason="twice")
+    # The worker died before its safe point: its lease runs out on a case that no longer runs.
+    PlanNode.objects.filter(pk=first.pk).update(lease_until="2000-01-01T00:00:00Z")
+    execution.reconcile_execution()
+    node = leaves(case)["extract-fields"]
+    assert (node.status, node.lease_until) == (NodeStatus.CANCELLED, None)
+    (event,) = _leaf_events(case, "execution.leaf.cancelled", "extract-fields")
+    assert event.data["attempt"] == claim.attempt
+    assert event.data["why"] == "its lease expired and the case is cancelled"
+    assert (event.data["before"], event.data["after"]) == (
+        {"status": "running"},
+        {"status": "cancelled"},
+    )
+    execution.reconcile_execution()
+    assert len(_leaf_events(case, "execution.leaf.cancelled", "extract-fields")) == 1
