@@ -290,3 +290,43 @@ def test_the_reconciler_records_a_lost_step_of_a_cancelled_case_it_cancels(analy
     )
     execution.reconcile_execution()
     assert len(_leaf_events(case, "execution.leaf.cancelled", "extract-fields")) == 1
+
+
+@pytest.mark.scenario("S7", "E12", "O11")
+@pytest.mark.parametrize("how", ["cancel", "stop"])
+def test_a_cancel_or_stop_between_a_human_steps_claim_and_its_work_item_opens_no_item(
+    analyst, officer, admin_user, how
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from execution.work_items import sweep_work_items
+    from execution.worker import _run_claimed  # what a worker does with a claim it holds
+    from planning.models import Agent
+
+    case = planned_invoice_case(analyst)
+    first = leaves(case)["extract-fields"]
+    Agent.objects.filter(slug=first.agent).update(kind="human")
+    approve(_gate(case, GateKind.PLAN), officer)
+    claim = execution.claim_leaf(first.pk, worker="a")
+    if how == "cancel":
+        execution.cancel_case(case_id=case.pk, user=officer, reason_code="duplicate", reason="x")
+    else:
+        execution.set_stopped(stopped=True, user=admin_user, reason="maintenance")
+    # The worker goes on to its runner, which would open the step's work item.
+    ended = _run_claimed(claim, worker="a")
+    assert ended is not None, "the step waits for a person on a cancelled or stopped case"
+    assert not WorkItem.objects.filter(status=WorkItem.Status.OPEN).exists()
+    node = leaves(case)["extract-fields"]
+    after = NodeStatus.CANCELLED if how == "cancel" else NodeStatus.READY
+    assert (node.status, node.lease_until) == (after, None)
+    (stopped,) = _leaf_events(case, "execution.leaf.stopped", "extract-fields")
+    assert (stopped.data["attempt"], stopped.data["after"]) == (claim.attempt, after)
+    assert sweep_work_items(timezone.now() + timedelta(days=3)) == {"reminded": 0, "escalated": 0}
+    if how == "stop":
+        # Resumed, the step runs again and waits for a person with one work item.
+        execution.set_stopped(stopped=False, user=admin_user)
+        assert execution.execute_leaf(first.pk, worker="b") == [f"{first.pk} waits for a person"]
+        item = WorkItem.objects.get(status=WorkItem.Status.OPEN)
+        assert (item.node_id, item.attempt) == (first.pk, claim.attempt + 1)
