@@ -121,7 +121,9 @@ def test_cancel_skips_queued_leaves_and_nothing_new_is_claimed(analyst, officer)
         execution.claim_leaf(first.pk, worker="a")
     assert {n.status for n in leaves(case).values()} == {NodeStatus.CANCELLED}
     with pytest.raises(execution.CaseNotRunning):
-        execution.cancel_case(case_id=case.pk, user=analyst, reason_code="other")
+        execution.cancel_case(
+            case_id=case.pk, user=analyst, reason_code="other", reason="not needed"
+        )
 
 
 def test_the_global_stop_holds_ready_leaves_and_resume_runs_them_once(analyst, officer, admin_user):

@@ -137,7 +137,9 @@ def test_a_completed_or_cancelled_work_item_is_never_reminded_or_escalated(
         item_id=done.pk, user=personas.analyst("ben"), output=INVOICE_FIELDS
     )
     cancelled = waiting_work_item(analyst, officer)
-    execution.cancel_case(case_id=cancelled.case_id, user=analyst, reason_code="other")
+    execution.cancel_case(
+        case_id=cancelled.case_id, user=analyst, reason_code="other", reason="not needed"
+    )
     assert sweep_work_items(timezone.now() + timedelta(days=3)) == NOTHING
     assert not AuditEvent.objects.filter(action__startswith="execution.work_item.rem").exists()
     assert not AuditEvent.objects.filter(action="execution.work_item.escalated").exists()

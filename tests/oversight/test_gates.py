@@ -328,6 +328,37 @@ def test_a_rejection_needs_a_reason_code_from_the_list(reason_code: str, message
     assert not _events(case, "oversight.gate.decided")
 
 
+@pytest.mark.scenario("O7", "R6")
+def test_a_rejection_with_the_reason_code_other_needs_its_text_in_the_api_and_the_form() -> None:
+    from django.urls import reverse
+
+    case = _invoice_case()
+    gate = _gate(case)
+    officer = personas.officer()
+    response = _api(officer).post(
+        f"/api/gates/{gate.pk}/decision",
+        {"decision": "reject", "reason_code": "other", "reason": "   "},
+        content_type="application/json",
+    )
+    assert response.status_code == 422
+    assert list(response.json()["fields"]) == ["reason"]
+    assert "needs the reason in words" in response.json()["fields"]["reason"][0]
+    client = Client()
+    client.force_login(officer)
+    form = {"decision": "reject", "reason_code": "other", "reason": ""}
+    page = client.post(reverse("oversight:gate-decide", args=[gate.pk]), form)
+    assert page.status_code == 422
+    body = page.content.decode()
+    assert 'id="reject-reason-error"' in body and "needs the reason in words" in body
+    assert not GateDecision.objects.exists()
+    assert not _events(case, "oversight.gate.decided")
+    done = client.post(
+        reverse("oversight:gate-decide", args=[gate.pk]), {**form, "reason": "wrong supplier"}
+    )
+    assert done.status_code == 302
+    assert GateDecision.objects.get().reason == "wrong supplier"
+
+
 def test_the_reason_codes_are_listed_with_what_they_apply_to() -> None:
     codes = _api(personas.officer()).get("/api/reason-codes").json()
     by_code = {c["code"]: c for c in codes}
