@@ -160,6 +160,7 @@ EVENT_CODES: tuple[EventCode, ...] = (
             "execution.leaf.succeeded": "Step succeeded",
             "execution.leaf.attempt_failed": "Step attempt failed",
             "execution.leaf.retrying": "Step to be retried",
+            "execution.leaf.retry_ready": "Step ready again after its retry wait",
             "execution.leaf.failed": "Step failed",
             "execution.leaf.cancelled": "Step cancelled",
             "execution.leaf.stopped": "Step stopped by the stop switch",

@@ -154,7 +154,7 @@ def cancel_case(*, case_id: int, user: User, reason_code: str, reason: str = "")
     """
     from django.core.exceptions import PermissionDenied
 
-    code = check_reason(reason_code, "cancel", required=True)
+    code = check_reason(reason_code, "cancel", required=True, text=reason)
     case = Case.objects.select_for_update().get(pk=case_id)
     may = (
         case.submitter_id == user.pk

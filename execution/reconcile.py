@@ -79,13 +79,26 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
     timed_out: list[int] = []
     dead: list[int] = []
     with transaction.atomic():
+        # By case, so two reconcilers take the cases' chain heads in one order.
         due = list(
-            PlanNode.objects.select_for_update(skip_locked=True)
+            PlanNode.objects.select_for_update(of=("self",), skip_locked=True)
             .filter(status=NodeStatus.RETRYING, next_attempt_at__lte=now)
-            .values_list("pk", flat=True)
+            .order_by("version__case_id", "pk")
+            .values_list("pk", "key", "attempts", "version__case_id")
         )
-        for pk in due:
+        for pk, key, attempt, case_id in due:
             PlanNode.objects.filter(pk=pk).update(status=NodeStatus.READY, next_attempt_at=None)
+            append_event(
+                "execution.leaf.retry_ready",
+                chain=case_chain(case_id),
+                data={
+                    "node": key,
+                    "attempt": attempt,
+                    "why": "its wait before the next attempt is over",
+                    "before": {"status": "retrying"},
+                    "after": {"status": "ready"},
+                },
+            )
             retried.append(pk)
             if not stopped:
                 send_leaf(pk)
@@ -109,6 +122,7 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
             PlanNode.objects.select_for_update(of=("self",), skip_locked=True)
             .select_related("version")
             .filter(status=NodeStatus.RUNNING, lease_until__lt=now)
+            .order_by("version__case_id", "pk")
         )
         for node in expired:
             case = Case.objects.select_for_update().get(pk=node.version.case_id)
@@ -127,6 +141,17 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
                     status=NodeStatus.CANCELLED, lease_until=None, finished_at=now
                 )
                 end_attempt(node, attempt, LeafAttempt.Outcome.LOST)
+                append_event(
+                    "execution.leaf.cancelled",
+                    chain=chain,
+                    data={
+                        "node": node.key,
+                        "attempt": attempt,
+                        "why": f"its lease expired and the case is {case.status}",
+                        "before": {"status": "running"},
+                        "after": {"status": "cancelled"},
+                    },
+                )
                 continue
             if held >= hard_limit_s():
                 timed_out.append(node.pk)

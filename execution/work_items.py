@@ -15,13 +15,21 @@ from django.utils import timezone
 
 from audit.chain import append_event, case_chain
 from execution import notices
-from execution.common import Claim, Ended, StaleResult, WorkItemConflict
+from execution.common import (
+    RUNNING_CASE_STATUSES,
+    Claim,
+    Ended,
+    LeafStopped,
+    StaleResult,
+    WorkItemConflict,
+    is_stopped,
+)
 from execution.ending import complete_leaf, record_stale
 from execution.models import WorkItem
 from execution.outputs import check_output
 from execution.queries import work_item_groups
 from oversight.actions.gate_policy import active_policy, role_group
-from planning.models import NodeStatus, PlanNode
+from planning.models import Case, NodeStatus, PlanNode
 
 logger = logging.getLogger(__name__)
 
@@ -29,14 +37,27 @@ logger = logging.getLogger(__name__)
 
 
 def open_work_item(claim: Claim, *, group_name: str) -> WorkItem:
-    """Give a running human leaf to its group as a work item (the leaf waits for it)."""
+    """Give a running human leaf to its group as a work item (the leaf waits for it).
+
+    This is the human runner's safe point: under the case's row (a cancel holds it while it
+    closes the case's open items), it checks that the case still runs, the stop switch is off
+    and the attempt still holds the leaf. Raises LeafStopped otherwise — no item opens, the leaf
+    keeps its lease, and the worker ends it at the safe point (`cancelled`, or `ready` again
+    after a stop; audited) — and StaleResult for an attempt that lost the leaf.
+    """
     _, policy = active_policy()
     with transaction.atomic():
+        # The lock order: the case, then the leaf, then the work item (S7, S9).
+        case = Case.objects.select_for_update().get(pk=claim.case_id)
         node = PlanNode.objects.select_for_update(of=("self",)).get(pk=claim.node_id)
         if node.status != NodeStatus.RUNNING or node.attempts != claim.attempt:
             raise StaleResult(
                 f"attempt {claim.attempt} of {node.key} is stale", node=node, attempt=claim.attempt
             )
+        if case.status not in RUNNING_CASE_STATUSES:
+            raise LeafStopped(f"the case is {case.status}", cancelled=True)
+        if is_stopped():
+            raise LeafStopped("execution is stopped", cancelled=False)
         now = timezone.now()
         # The policy's gate deadline: reminded half-way, escalated to its escalation group at it.
         item, created = WorkItem.objects.get_or_create(
@@ -81,6 +102,12 @@ def complete_work_item(*, item_id: int, user: User, output: Mapping[str, Any]) -
 
 def _complete_work_item(*, item_id: int, user: User, output: Mapping[str, Any]) -> Ended:
     with transaction.atomic():
+        # The case's row first (the lock order: case, then its leaves and items), as a cancel
+        # takes it before it ends the item's leaf: the two never wait for each other in a circle.
+        case_id = WorkItem.objects.filter(pk=item_id).values_list("case_id", flat=True).first()
+        if case_id is None:
+            raise WorkItemConflict("no such open work item for your groups")
+        Case.objects.select_for_update().get(pk=case_id)
         item = (
             WorkItem.objects.select_for_update()
             .select_related("node", "node__version")
@@ -136,8 +163,14 @@ def _refuse_stale(item_id: int, user: User, exc: StaleResult) -> None:
 
 # Deadlines -----------------------------------------------------------------------------------
 
-# Only items a running attempt still waits for are swept (a stale one is closed when tried).
-_LIVE = Q(status=WorkItem.Status.OPEN, node__status=NodeStatus.RUNNING, node__attempts=F("attempt"))
+# Only items a running attempt of a running case still waits for are swept (a stale one is
+# closed when tried; a case that ended or was cancelled closes its items, S7).
+_LIVE = Q(
+    status=WorkItem.Status.OPEN,
+    node__status=NodeStatus.RUNNING,
+    node__attempts=F("attempt"),
+    case__status__in=RUNNING_CASE_STATUSES,
+)
 _SWEEP_BATCH = 500
 
 

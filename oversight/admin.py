@@ -204,7 +204,7 @@ class PolicyVersionAdmin(admin.ModelAdmin):
                 form.cleaned_data["reason"],
             )
         except ReasonInvalid as exc:
-            form.add_error("reason_code", exc.message)
+            form.add_error(exc.field if exc.field in form.fields else "reason_code", exc.message)
             return None
         except PolicyInvalid as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)

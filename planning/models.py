@@ -35,9 +35,11 @@ class CaseStatus(models.TextChoices):
     REJECTED = "rejected"
 
 
-# While a case is in one of these states its page keeps refreshing itself.
+# While a case is in one of these states its page keeps refreshing itself: every status that is
+# not an end, where a worker or another person (an officer deciding its plan) moves it on.
 LIVE_STATUSES = {
     CaseStatus.PLANNING,
+    CaseStatus.AWAITING_APPROVAL,
     CaseStatus.APPROVED,
     CaseStatus.EXECUTING,
     CaseStatus.VERIFYING,

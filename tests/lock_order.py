@@ -65,3 +65,47 @@ def sweep_while_the_chain_head_is_held(
         thread.join()
     assert errors == [], errors
     return results
+
+
+def race_behind_the_case_row(
+    case_id: int, first: Callable[[], Any], then: Callable[[], Any]
+) -> tuple[Any, Any]:
+    """Hold the case's row, start `first` on a thread, wait until it waits for a lock, run `then`
+    in the transaction holding the row and commit; return what each returned or raised.
+
+    This forces the interleaving of a deadlock between a path that takes a row of the case (a
+    gate) and then the case's row, and one that takes the case's row and then that row: `first`
+    gets its row before `then` asks for it. Both outcomes are returned, an exception as a value,
+    so a test can assert that neither is a deadlock the database broke.
+    """
+    from planning.models import Case
+
+    outcomes: dict[str, Any] = {}
+    case_held = threading.Event()
+
+    def run() -> None:
+        try:
+            case_held.wait()
+            outcomes["first"] = first()
+        except BaseException as exc:
+            outcomes["first"] = exc
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        with transaction.atomic():
+            Case.objects.select_for_update().get(pk=case_id)
+            case_held.set()
+            _wait_until_another_session_waits_for_a_lock()
+            try:
+                outcomes["then"] = then()
+            except BaseException as exc:
+                outcomes["then"] = exc
+    except BaseException as exc:  # the commit itself (a deadlock breaks it there too)
+        outcomes["then"] = exc
+    finally:
+        case_held.set()
+        thread.join()
+    return outcomes.get("first"), outcomes.get("then")

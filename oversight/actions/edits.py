@@ -282,7 +282,7 @@ def edit_plan(
     if (why := can_edit(user, case)) is not None:
         _deny(user, case, why, str(node_key)[:200])
         raise DecisionDenied(why)
-    code = check_reason(reason_code, "edit", required=True)
+    code = check_reason(reason_code, "edit", required=True, text=reason or "")
     assert code is not None
     reason = _text(reason or "", "reason", REASON_MAX_LENGTH, required=False)
     if not isinstance(node_key, str) or not node_key:

@@ -258,10 +258,16 @@ def full_name(user: User) -> str:
     return user.get_full_name().strip() or user.get_username()
 
 
-def check_reason(code: str, applies_to: str, *, required: bool) -> ReasonCode | None:
+# The reason code that names no reason: the decision's text must say it.
+OTHER_REASON = "other"
+
+
+def check_reason(code: str, applies_to: str, *, required: bool, text: str) -> ReasonCode | None:
     """Return the active reason code `code` for `applies_to` decisions, or None when not given.
 
-    Raises ReasonInvalid when it is required and missing, unknown, retired or not for this kind.
+    `text` is the reason in words that comes with the code. Raises ReasonInvalid (naming the
+    field) when the code is required and missing, unknown, retired or not for this kind, and
+    when it is `other` without a text (the field `reason`).
     """
     code = (code or "").strip()
     if not code:
@@ -273,6 +279,8 @@ def check_reason(code: str, applies_to: str, *, required: bool) -> ReasonCode | 
         raise ReasonInvalid("reason_code", f"unknown reason code {code!r}")
     if applies_to not in reason.applies_to:
         raise ReasonInvalid("reason_code", f"reason code {code!r} does not apply to {applies_to}")
+    if code == OTHER_REASON and not (text or "").strip():
+        raise ReasonInvalid("reason", f"the reason code {code!r} needs the reason in words")
     return reason
 
 
@@ -386,7 +394,9 @@ def decide_gate(*, gate_id: int, user: User, decision: DecisionInput) -> Gate:
         raise ReasonInvalid("decision", "the decision is approve or reject")
     approve = decision.decision == GateDecision.Decision.APPROVE
     # Approvals need no reason code (one given must still be on the list); rejections do.
-    reason_code = check_reason(decision.reason_code, "reject", required=not approve)
+    reason_code = check_reason(
+        decision.reason_code, "reject", required=not approve, text=decision.reason
+    )
     # The checks that refuse (and record the refusal) run before the deciding transaction.
     gate = _load(gate_id, lock=False)
     if (why := can_decide(user, gate)) is not None:
@@ -451,8 +461,11 @@ def _replan_conflict(gate: Gate) -> str | None:
 def _decide(
     gate_id: int, user: User, decision: DecisionInput, reason_code: ReasonCode | None
 ) -> Gate:
+    # The product's lock order: the case's row, then its gates (then nodes, work items, the
+    # trust row, the chain head), as a cancel, an edit and a case's end take them (S9).
+    case_id = Gate.objects.values_list("case_id", flat=True).get(pk=gate_id)
+    case = Case.objects.select_for_update().get(pk=case_id)
     gate = _load(gate_id, lock=True)
-    case = Case.objects.select_for_update().get(pk=gate.case_id)
     gate.case = case
     if (why := can_decide(user, gate)) is not None:  # roles may have changed meanwhile
         raise DecisionDenied(why)
@@ -758,6 +771,7 @@ def bulk_approve(*, gate_ids: Iterable[int], user: User) -> list[Gate]:
 
 
 __all__ = [
+    "OTHER_REASON",
     "DecisionDenied",
     "DecisionInput",
     "GateConflict",

@@ -110,8 +110,8 @@ def _validate(values: Mapping[str, Any], base: PolicySettings) -> PolicySettings
         raise PolicyInvalid(field, message) from None
 
 
-def _policy_reason(code: str) -> ReasonCode:
-    reason = check_reason(code, POLICY, required=True)
+def _policy_reason(code: str, text: str) -> ReasonCode:
+    reason = check_reason(code, POLICY, required=True, text=text)
     assert reason is not None  # required=True raises instead
     return reason
 
@@ -145,7 +145,7 @@ def propose_policy(
     unknown, retired or not for policy changes.
     """
     user = _require_admin(admin, "oversight.policy.denied", step="propose")
-    reason_row = _policy_reason(reason_code)
+    reason_row = _policy_reason(reason_code, reason or "")
     return _propose(user, values, reason_row, (reason or "").strip())
 
 
@@ -277,7 +277,7 @@ def reject_policy(
     user = _require_admin(
         admin, "oversight.policy.denied", step="reject", policy_version=version.number
     )
-    reason_row = _policy_reason(reason_code)
+    reason_row = _policy_reason(reason_code, reason or "")
     return _reject(user, version.pk, reason_row, (reason or "").strip())
 
 

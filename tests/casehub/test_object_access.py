@@ -81,7 +81,12 @@ def _as_bob(path: str) -> Client:
 
 # A body the API would take from whoever may use the route: the refusal is for who asks.
 API_BODIES = {
-    "/plan/edits": {"node": "check-totals", "changes": {"task": "x"}, "reason_code": "other"},
+    "/plan/edits": {
+        "node": "check-totals",
+        "changes": {"task": "x"},
+        "reason_code": "other",
+        "reason": "x",
+    },
     "/decision": {"decision": "approve"},
 }
 

@@ -121,7 +121,9 @@ def test_cancel_skips_queued_leaves_and_nothing_new_is_claimed(analyst, officer)
         execution.claim_leaf(first.pk, worker="a")
     assert {n.status for n in leaves(case).values()} == {NodeStatus.CANCELLED}
     with pytest.raises(execution.CaseNotRunning):
-        execution.cancel_case(case_id=case.pk, user=analyst, reason_code="other")
+        execution.cancel_case(
+            case_id=case.pk, user=analyst, reason_code="other", reason="not needed"
+        )
 
 
 def test_the_global_stop_holds_ready_leaves_and_resume_runs_them_once(analyst, officer, admin_user):
@@ -236,3 +238,99 @@ def test_cancelling_a_case_whose_human_step_waits_ends_the_step_and_its_work_ite
     assert item.status == WorkItem.Status.CANCELLED
     assert leaves(case)["extract-fields"].status == NodeStatus.CANCELLED
     assert {n.status for n in leaves(case).values()} == {NodeStatus.CANCELLED}
+
+
+def _leaf_events(case: Case, action: str, key: str) -> list[AuditEvent]:
+    return [
+        e
+        for e in AuditEvent.objects.filter(chain=f"case:{case.pk}", action=action).order_by("seq")
+        if e.data.get("node") == key
+    ]
+
+
+@pytest.mark.scenario("S8")
+def test_the_reconciler_records_a_retrying_step_made_ready_once(analyst, officer):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    case = planned_invoice_case(analyst)
+    approve(_gate(case, GateKind.PLAN), officer)
+    first = leaves(case)["extract-fields"]
+    PlanNode.objects.filter(pk=first.pk).update(failure_policy="retry")
+    claim = execution.claim_leaf(first.pk, worker="a")
+    execution.fail_leaf(first.pk, claim.attempt, error_class="transient", error="upstream busy")
+    assert leaves(case)["extract-fields"].status == NodeStatus.RETRYING
+    later = timezone.now() + timedelta(minutes=5)
+    assert execution.reconcile_execution(later).retried == (first.pk,)
+    assert execution.reconcile_execution(later).retried == ()
+    assert leaves(case)["extract-fields"].status == NodeStatus.READY
+    (event,) = _leaf_events(case, "execution.leaf.retry_ready", "extract-fields")
+    assert event.data["attempt"] == claim.attempt
+    assert (event.data["before"], event.data["after"]) == (
+        {"status": "retrying"},
+        {"status": "ready"},
+    )
+
+
+@pytest.mark.scenario("S8")
+def test_the_reconciler_records_a_lost_step_of_a_cancelled_case_it_cancels(analyst, officer):
+    case = planned_invoice_case(analyst)
+    approve(_gate(case, GateKind.PLAN), officer)
+    first = leaves(case)["extract-fields"]
+    claim = execution.claim_leaf(first.pk, worker="a")
+    execution.cancel_case(case_id=case.pk, user=officer, reason_code="duplicate", reason="twice")
+    # The worker died before its safe point: its lease runs out on a case that no longer runs.
+    PlanNode.objects.filter(pk=first.pk).update(lease_until="2000-01-01T00:00:00Z")
+    execution.reconcile_execution()
+    node = leaves(case)["extract-fields"]
+    assert (node.status, node.lease_until) == (NodeStatus.CANCELLED, None)
+    (event,) = _leaf_events(case, "execution.leaf.cancelled", "extract-fields")
+    assert event.data["attempt"] == claim.attempt
+    assert event.data["why"] == "its lease expired and the case is cancelled"
+    assert (event.data["before"], event.data["after"]) == (
+        {"status": "running"},
+        {"status": "cancelled"},
+    )
+    execution.reconcile_execution()
+    assert len(_leaf_events(case, "execution.leaf.cancelled", "extract-fields")) == 1
+
+
+@pytest.mark.scenario("S7", "E12", "O11")
+@pytest.mark.parametrize("how", ["cancel", "stop"])
+def test_a_cancel_or_stop_between_a_human_steps_claim_and_its_work_item_opens_no_item(
+    analyst, officer, admin_user, how
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from execution.work_items import sweep_work_items
+    from execution.worker import _run_claimed  # what a worker does with a claim it holds
+    from planning.models import Agent
+
+    case = planned_invoice_case(analyst)
+    first = leaves(case)["extract-fields"]
+    Agent.objects.filter(slug=first.agent).update(kind="human")
+    approve(_gate(case, GateKind.PLAN), officer)
+    claim = execution.claim_leaf(first.pk, worker="a")
+    if how == "cancel":
+        execution.cancel_case(case_id=case.pk, user=officer, reason_code="duplicate", reason="x")
+    else:
+        execution.set_stopped(stopped=True, user=admin_user, reason="maintenance")
+    # The worker goes on to its runner, which would open the step's work item.
+    ended = _run_claimed(claim, worker="a")
+    assert ended is not None, "the step waits for a person on a cancelled or stopped case"
+    assert not WorkItem.objects.filter(status=WorkItem.Status.OPEN).exists()
+    node = leaves(case)["extract-fields"]
+    after = NodeStatus.CANCELLED if how == "cancel" else NodeStatus.READY
+    assert (node.status, node.lease_until) == (after, None)
+    (stopped,) = _leaf_events(case, "execution.leaf.stopped", "extract-fields")
+    assert (stopped.data["attempt"], stopped.data["after"]) == (claim.attempt, after)
+    assert sweep_work_items(timezone.now() + timedelta(days=3)) == {"reminded": 0, "escalated": 0}
+    if how == "stop":
+        # Resumed, the step runs again and waits for a person with one work item.
+        execution.set_stopped(stopped=False, user=admin_user)
+        assert execution.execute_leaf(first.pk, worker="b") == [f"{first.pk} waits for a person"]
+        item = WorkItem.objects.get(status=WorkItem.Status.OPEN)
+        assert (item.node_id, item.attempt) == (first.pk, claim.attempt + 1)

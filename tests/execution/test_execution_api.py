@@ -67,6 +67,7 @@ def test_an_auditor_may_not_cancel_and_an_outsider_or_other_analyst_finds_no_cas
     assert case.status == CaseStatus.EXECUTING
 
 
+@pytest.mark.scenario("O7", "R6")
 def test_cancel_needs_a_cancel_reason_code_and_an_ended_case_is_a_conflict(
     analyst: Any, officer: Any
 ) -> None:
@@ -77,6 +78,11 @@ def test_cancel_needs_a_cancel_reason_code_and_an_ended_case_is_a_conflict(
     assert missing.status_code == 422 and "reason_code" in missing.json()["fields"]
     # `incorrect` applies to rejections and edits, not to cancelling.
     assert post(client, url, {"reason_code": "incorrect"}).status_code == 422
+    # `other` names no reason: its text must.
+    bare = post(client, url, {"reason_code": "other", "reason": " "})
+    assert bare.status_code == 422 and list(bare.json()["fields"]) == ["reason"]
+    case.refresh_from_db()
+    assert case.status == CaseStatus.AWAITING_APPROVAL
     assert post(client, url, {"reason_code": "duplicate"}).status_code == 200
     again = post(client, url, {"reason_code": "duplicate"})
     assert again.status_code == 409 and "already cancelled" in again.json()["message"]
@@ -189,7 +195,9 @@ def test_completing_a_work_item_checks_the_output_and_the_step_succeeds(
 
 def test_a_work_item_of_a_cancelled_case_cannot_be_completed(analyst: Any, officer: Any) -> None:
     item = waiting_work_item(analyst, officer)
-    execution.cancel_case(case_id=item.case_id, user=analyst, reason_code="other")
+    execution.cancel_case(
+        case_id=item.case_id, user=analyst, reason_code="other", reason="not needed"
+    )
     response = post(
         api(personas.analyst("ben")),
         f"/api/work-items/{item.pk}/complete",
@@ -235,7 +243,9 @@ def test_plan_nodes_carry_their_run_and_the_ended_case_its_verification(
     assert done["extract-fields"]["finished_at"] is not None
     case = client.get(f"/api/cases/{item.case_id}").json()
     assert case["verification"] is None and case["finished_at"] is None
-    execution.cancel_case(case_id=item.case_id, user=analyst, reason_code="other")
+    execution.cancel_case(
+        case_id=item.case_id, user=analyst, reason_code="other", reason="not needed"
+    )
     assert client.get(f"/api/cases/{item.case_id}").json()["finished_at"] is not None
 
 

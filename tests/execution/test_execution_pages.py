@@ -210,6 +210,7 @@ def test_the_cancel_form_shows_for_the_submitter_and_officers_only(
     assert "no-longer-needed" in codes and "other" in codes and "incorrect" not in codes
 
 
+@pytest.mark.scenario("O7", "R6")
 def test_cancelling_from_the_page_needs_a_reason_code_and_then_cancels(
     analyst: Any, officer: Any
 ) -> None:
@@ -221,6 +222,11 @@ def test_cancelling_from_the_page_needs_a_reason_code_and_then_cancels(
     assert refused.status_code == 422
     body = refused.content.decode()
     assert 'id="cancel-reason-code-error"' in body and "keep this text" in body
+    bare = client.post(url, {"reason_code": "other", "reason": ""})
+    assert bare.status_code == 422
+    assert 'id="cancel-reason-error"' in bare.content.decode()
+    case.refresh_from_db()
+    assert case.status == CaseStatus.EXECUTING
     done = client.post(url, {"reason_code": "no-longer-needed", "reason": "paid elsewhere"})
     assert done.status_code == 302 and done["Location"] == case_url(case.pk)
     case.refresh_from_db()
@@ -228,7 +234,7 @@ def test_cancelling_from_the_page_needs_a_reason_code_and_then_cancels(
     page = client.get(case_url(case.pk)).content.decode()
     assert "The case is cancelled" in page and 'id="case-result"' in page
     assert 'data-form="cancel"' not in _execution_partial(analyst, case.pk)
-    assert client.post(url, {"reason_code": "other"}).status_code == 409
+    assert client.post(url, {"reason_code": "other", "reason": "again"}).status_code == 409
 
 
 def test_an_auditor_may_not_cancel_and_another_analyst_finds_no_case(
@@ -236,9 +242,9 @@ def test_an_auditor_may_not_cancel_and_another_analyst_finds_no_case(
 ) -> None:
     case = planned_invoice_case(analyst)
     url = reverse("execution:case-cancel", args=[case.pk])
-    assert client_for(auditor).post(url, {"reason_code": "other"}).status_code == 403
+    assert client_for(auditor).post(url, {"reason_code": "other", "reason": "x"}).status_code == 403
     other = personas.analyst("ben")
-    assert client_for(other).post(url, {"reason_code": "other"}).status_code == 404
+    assert client_for(other).post(url, {"reason_code": "other", "reason": "x"}).status_code == 404
     case.refresh_from_db()
     assert case.status == CaseStatus.AWAITING_APPROVAL
 

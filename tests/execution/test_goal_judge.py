@@ -476,7 +476,9 @@ def test_the_judge_is_asked_with_no_transaction_open_and_a_cancel_meanwhile_drop
         # while the judge thinks. Under the case's row lock this would wait for the answer.
         try:
             seen["in_atomic_block"] = worker.in_atomic_block
-            execution.cancel_case(case_id=case.pk, user=analyst, reason_code="other")
+            execution.cancel_case(
+                case_id=case.pk, user=analyst, reason_code="other", reason="not needed"
+            )
             seen["cancelled"] = Case.objects.get(pk=case.pk).status
         finally:
             connections.close_all()

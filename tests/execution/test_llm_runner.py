@@ -474,7 +474,9 @@ def test_cancelling_between_rounds_stops_the_leaf_and_commits_no_result(
 
     def cancel_while_the_agent_works() -> None:
         if INVOCATIONS["lookup_notes"] == 2:  # the agent's call, not the gather leaf's
-            execution.cancel_case(case_id=case.pk, user=analyst, reason_code="other")
+            execution.cancel_case(
+                case_id=case.pk, user=analyst, reason_code="other", reason="not needed"
+            )
 
     HOOKS["lookup_notes"] = cancel_while_the_agent_works
     run_ready(case)

@@ -24,10 +24,10 @@ from execution import actions as execution
 from execution.models import LeafAttempt, WorkItem
 from execution.work_items import sweep_work_items
 from oversight.models import Notification
-from planning.models import NodeStatus, PlanNode
+from planning.models import Case, CaseStatus, NodeStatus, PlanNode
 from tests import personas
 from tests.execution.work_items import INVOICE_FIELDS, waiting_work_item
-from tests.lock_order import sweep_while_the_chain_head_is_held
+from tests.lock_order import race_behind_the_case_row, sweep_while_the_chain_head_is_held
 
 pytestmark = pytest.mark.django_db
 
@@ -137,7 +137,9 @@ def test_a_completed_or_cancelled_work_item_is_never_reminded_or_escalated(
         item_id=done.pk, user=personas.analyst("ben"), output=INVOICE_FIELDS
     )
     cancelled = waiting_work_item(analyst, officer)
-    execution.cancel_case(case_id=cancelled.case_id, user=analyst, reason_code="other")
+    execution.cancel_case(
+        case_id=cancelled.case_id, user=analyst, reason_code="other", reason="not needed"
+    )
     assert sweep_work_items(timezone.now() + timedelta(days=3)) == NOTHING
     assert not AuditEvent.objects.filter(action__startswith="execution.work_item.rem").exists()
     assert not AuditEvent.objects.filter(action="execution.work_item.escalated").exists()
@@ -147,6 +149,22 @@ def test_an_item_whose_attempt_lost_its_step_is_not_swept(analyst: Any, officer:
     item = waiting_work_item(analyst, officer)
     PlanNode.objects.filter(pk=item.node_id).update(attempts=item.attempt + 1)
     assert sweep_work_items(item.created_at + timedelta(days=3)) == NOTHING
+
+
+@pytest.mark.scenario("S7")
+@pytest.mark.parametrize("status", [CaseStatus.CANCELLED, CaseStatus.FAILED])
+def test_an_item_left_open_on_a_case_that_no_longer_runs_is_not_swept(
+    analyst: Any, officer: Any, status: str
+) -> None:
+    # What a cancel between a human step's claim and its work item used to leave behind.
+    item = waiting_work_item(analyst, officer)
+    Case.objects.filter(pk=item.case_id).update(status=status)
+    assert sweep_work_items(item.created_at + timedelta(days=3)) == NOTHING
+    assert (
+        not Notification.objects.filter(kind__startswith="work_item.")
+        .exclude(kind="work_item.opened")
+        .exists()
+    )
 
 
 def test_the_supervisor_is_not_told_of_or_given_a_case_they_submitted(officer: Any) -> None:
@@ -205,6 +223,32 @@ def test_a_sweep_never_holds_an_item_while_it_waits_for_the_cases_audit_chain() 
     )
     assert results == [NOTHING]  # the item was cancelled by the time the sweep got to it
     assert not _events(item, "execution.work_item.reminded")
+    assert verify_chain(case_chain(item.case_id)) == []
+
+
+@pytest.mark.scenario("S9")
+@pytest.mark.django_db(transaction=True)
+def test_a_person_completing_a_work_item_while_the_case_is_cancelled_never_deadlocks() -> None:
+    """The completion takes its item and its step while the cancel holds the case and then asks
+    for the step: on the old order (item, step, then the case) PostgreSQL broke the deadlock.
+    Now the completion waits for the case first, holding nothing, and is refused cleanly."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks need PostgreSQL (CI runs it)")
+    analyst, officer = personas.analyst(), personas.officer()
+    item = waiting_work_item(analyst, officer)
+    ben = personas.analyst("ben")
+    completed, cancelled = race_behind_the_case_row(
+        item.case_id,
+        lambda: execution.complete_work_item(item_id=item.pk, user=ben, output=INVOICE_FIELDS),
+        lambda: execution.cancel_case(
+            case_id=item.case_id, user=officer, reason_code="duplicate", reason="twice"
+        ),
+    )
+    assert not isinstance(cancelled, BaseException), cancelled
+    assert isinstance(completed, execution.WorkItemConflict), completed
+    item.refresh_from_db()
+    assert item.status == WorkItem.Status.CANCELLED
+    assert PlanNode.objects.get(pk=item.node_id).status == NodeStatus.CANCELLED
     assert verify_chain(case_chain(item.case_id)) == []
 
 

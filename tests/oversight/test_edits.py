@@ -345,6 +345,24 @@ def test_an_edit_without_a_valid_reason_code_is_refused_and_nothing_recorded(
     assert _snapshot(case) == before
 
 
+@pytest.mark.scenario("O7", "R6")
+def test_an_edit_with_the_reason_code_other_needs_its_text(
+    case: Case, people: dict[str, Any], second_auditor: Agent
+) -> None:
+    before = _snapshot(case)
+    with pytest.raises(ReasonInvalid, match="needs the reason in words") as refused:
+        _edit(case, people["officer"], "check-totals", {"agent": "second-auditor"},
+              reason_code="other", reason="  ")  # fmt: skip
+    assert refused.value.field == "reason"
+    body = {"node": "check-totals", "changes": {"agent": "second-auditor"}, "reason_code": "other"}
+    response = _post_edit(_api(people["officer"]), case, body)
+    assert response.status_code == 422
+    assert list(response.json()["fields"]) == ["reason"]
+    assert _snapshot(case) == before
+    done = _post_edit(_api(people["officer"]), case, {**body, "reason": "the second auditor"})
+    assert done.status_code == 201, done.content
+
+
 def test_an_edit_of_a_stale_version_is_refused(
     case: Case, people: dict[str, Any], second_auditor: Agent
 ) -> None:
@@ -442,7 +460,8 @@ def test_refused_edits_through_the_api(
     case: Case, people: dict[str, Any], body: dict[str, Any], status: int, fields: Any
 ) -> None:
     before = _snapshot(case)
-    response = _post_edit(_api(people["officer"]), case, {"reason_code": "other", **body})
+    body = {"reason_code": "other", "reason": "see the step", **body}
+    response = _post_edit(_api(people["officer"]), case, body)
     assert response.status_code == status, response.content
     if fields is not None:
         assert list(response.json()["fields"]) == fields
@@ -450,7 +469,7 @@ def test_refused_edits_through_the_api(
 
 
 def test_the_submitter_gets_403_and_an_admin_too(case: Case, people: dict[str, Any]) -> None:
-    body = {"node": "check-totals", "changes": {"task": "x"}, "reason_code": "other"}
+    body = {"node": "check-totals", "changes": {"task": "x"}, "reason_code": "other", "reason": "x"}
     assert _post_edit(_api(people["analyst"]), case, body).status_code == 403
     # Admins see no cases at all: the same 404 as for a case that does not exist.
     assert _post_edit(_api(personas.admin()), case, body).status_code == 404
@@ -463,7 +482,7 @@ def test_another_analysts_case_is_404_for_plans_diffs_and_edits(case: Case, suff
     response = other.get(f"/api/cases/{case.pk}{suffix}")
     assert response.status_code == 404
     assert response.json() == {"message": "No such case"}
-    body = {"node": "check-totals", "changes": {"task": "x"}, "reason_code": "other"}
+    body = {"node": "check-totals", "changes": {"task": "x"}, "reason_code": "other", "reason": "x"}
     edit = _post_edit(other, case, body)
     assert edit.status_code == 404
     assert edit.json() == {"message": "No such case"}

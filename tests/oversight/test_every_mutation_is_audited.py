@@ -514,7 +514,7 @@ def _work_item_form(user: User | None) -> Req:
 
 def _api_cancel(user: User | None) -> Req:
     case = _running_invoice_case()
-    return Req(f"/api/cases/{case.pk}/cancel", {"reason_code": "other"}, json=True)
+    return Req(f"/api/cases/{case.pk}/cancel", {"reason_code": "other", "reason": "x"}, json=True)
 
 
 def _api_work_item(user: User | None) -> Req:

@@ -246,6 +246,55 @@ def test_two_officers_racing_on_one_gate_end_with_exactly_one_decision() -> None
     assert len(_events(case, "oversight.gate.decided")) == 1
 
 
+def _cancel(case: Case, officer: Any) -> Any:
+    from execution.cases import cancel_case
+
+    return cancel_case(
+        case_id=case.pk, user=officer, reason_code="duplicate", reason="submitted twice"
+    )
+
+
+def _edit(case: Case, officer: Any) -> Any:
+    from oversight.actions.edits import edit_plan
+
+    return edit_plan(
+        case_id=case.pk,
+        user=officer,
+        node_key="check-totals",
+        changes={"task": "Check the invoice totals twice"},
+        reason_code="incomplete",
+        reason="one check is not enough",
+    )
+
+
+@pytest.mark.scenario("S9")
+@pytest.mark.parametrize("other", [_cancel, _edit], ids=["cancel", "edit"])
+@pytest.mark.django_db(transaction=True)
+def test_a_gate_decision_racing_a_cancel_or_an_edit_never_deadlocks(other: Any) -> None:
+    """The decision takes its gate's row while the other path holds the case's row and then
+    asks for the gate's (the order of a cancel or an edit): on the old order (gate, then case)
+    PostgreSQL broke the deadlock and one of them failed. Now the decision waits for the case
+    first, holding nothing: the other path ends and the decision is refused cleanly (409)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks need PostgreSQL (CI runs it)")
+    from tests.lock_order import race_behind_the_case_row
+
+    case = _invoice_case()
+    gate = _gate(case)
+    officer, second = personas.officer(), personas.second_officer()
+    decided, done = race_behind_the_case_row(
+        case.pk,
+        lambda: gates.decide_gate(gate_id=gate.pk, user=second, decision=APPROVE),
+        lambda: other(case, officer),
+    )
+    assert not isinstance(done, BaseException), done
+    assert isinstance(decided, gates.GateConflict), decided
+    gate.refresh_from_db()
+    assert gate.status == GateStatus.VOID
+    assert not GateDecision.objects.filter(gate=gate).exists()
+    assert verify_chain(case_chain(case.pk)) == []
+
+
 @pytest.mark.scenario("O5")
 @pytest.mark.scenario("R3")
 def test_a_decision_on_what_the_officer_no_longer_sees_is_409_stale() -> None:
@@ -277,6 +326,37 @@ def test_a_rejection_needs_a_reason_code_from_the_list(reason_code: str, message
     assert message in response.json()["fields"]["reason_code"][0]
     assert not GateDecision.objects.exists()
     assert not _events(case, "oversight.gate.decided")
+
+
+@pytest.mark.scenario("O7", "R6")
+def test_a_rejection_with_the_reason_code_other_needs_its_text_in_the_api_and_the_form() -> None:
+    from django.urls import reverse
+
+    case = _invoice_case()
+    gate = _gate(case)
+    officer = personas.officer()
+    response = _api(officer).post(
+        f"/api/gates/{gate.pk}/decision",
+        {"decision": "reject", "reason_code": "other", "reason": "   "},
+        content_type="application/json",
+    )
+    assert response.status_code == 422
+    assert list(response.json()["fields"]) == ["reason"]
+    assert "needs the reason in words" in response.json()["fields"]["reason"][0]
+    client = Client()
+    client.force_login(officer)
+    form = {"decision": "reject", "reason_code": "other", "reason": ""}
+    page = client.post(reverse("oversight:gate-decide", args=[gate.pk]), form)
+    assert page.status_code == 422
+    body = page.content.decode()
+    assert 'id="reject-reason-error"' in body and "needs the reason in words" in body
+    assert not GateDecision.objects.exists()
+    assert not _events(case, "oversight.gate.decided")
+    done = client.post(
+        reverse("oversight:gate-decide", args=[gate.pk]), {**form, "reason": "wrong supplier"}
+    )
+    assert done.status_code == 302
+    assert GateDecision.objects.get().reason == "wrong supplier"
 
 
 def test_the_reason_codes_are_listed_with_what_they_apply_to() -> None:

@@ -218,7 +218,10 @@ def test_gates_open_under_the_active_policy_version_and_never_a_pending_one() ->
 
     # A looser proposal changes nothing until a second admin approves it.
     looser = propose_policy(
-        adam, {"amount_threshold": "1000000", "amount_quorum_threshold": "1000000"}, "other"
+        adam,
+        {"amount_threshold": "1000000", "amount_quorum_threshold": "1000000"},
+        "other",
+        "looser",
     )
     assert looser.status == "pending"
     still_v2 = _step_gate(_new_version(case, "place-hold", inputs=inputs), "place-hold")

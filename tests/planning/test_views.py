@@ -653,9 +653,14 @@ def test_legend_lists_the_statuses_on_screen_as_swatches(analyst: Any) -> None:
         (CaseStatus.PLANNING, True),
         (CaseStatus.EXECUTING, True),
         (CaseStatus.APPROVED, True),
-        (CaseStatus.AWAITING_APPROVAL, False),
+        (CaseStatus.VERIFYING, True),
+        # An officer's decision moves it on: the submitter's open page follows (U1).
+        (CaseStatus.AWAITING_APPROVAL, True),
         (CaseStatus.PLAN_FAILED, False),
         (CaseStatus.COMPLETED, False),
+        (CaseStatus.FAILED, False),
+        (CaseStatus.CANCELLED, False),
+        (CaseStatus.REJECTED, False),
     ],
 )
 def test_live_part_polls_only_while_the_case_is_moving(
@@ -700,6 +705,34 @@ def test_step_url_loaded_directly_is_the_case_page_with_that_step_open(analyst: 
     row = page.split('<tr data-key="step-1"', 1)[1].split(">", 1)[0]
     assert 'class="selected" aria-current="true"' in row
     assert page.count('aria-current="true"') == 1
+
+
+def test_a_page_opened_while_the_plan_awaits_approval_follows_the_decision_live(
+    analyst: Any,
+) -> None:
+    from execution.cases import cancel_case
+    from tests.cases import planned_invoice_case
+    from tests.execution.work_items import approve_plan
+    from tests.personas import officer as make_officer
+
+    case = planned_invoice_case(analyst)
+    officer = make_officer()
+    client = client_for(analyst)
+    url = reverse("planning:case-detail", args=[case.pk])
+
+    def live() -> tuple[str, bool]:
+        part = htmx_get(client, url, "case-live").content.decode()
+        status = re.search(r'data-status="(\w+)"', part)
+        assert status is not None
+        return status.group(1), 'hx-trigger="every 2s"' in part
+
+    assert 'hx-trigger="every 2s"' in client.get(url).content.decode()
+    assert live() == (CaseStatus.AWAITING_APPROVAL, True)
+    approve_plan(case, officer)  # another person, in another session
+    status, polls = live()
+    assert status in (CaseStatus.APPROVED, CaseStatus.EXECUTING) and polls
+    cancel_case(case_id=case.pk, user=officer, reason_code="duplicate", reason="twice")
+    assert live() == (CaseStatus.CANCELLED, False)
 
 
 def test_opening_a_step_with_htmx_pushes_its_url_and_closing_pushes_the_case(
