@@ -414,12 +414,16 @@ def lease_holds(node_id: int, attempt: int) -> bool:
 
 
 def renew_lease(node_id: int, attempt: int) -> bool:
-    """Extend the lease of a running attempt; False when the attempt lost the leaf."""
+    """Extend the lease of a running attempt; False when the attempt lost the leaf.
+
+    A step handed to a person holds no lease (its work item holds it): a renewal that comes after
+    the item opened leaves it so, or the reconciler would take the step back.
+    """
     until = timezone.now() + timedelta(seconds=lease_s())
     return bool(
-        PlanNode.objects.filter(pk=node_id, attempts=attempt, status=NodeStatus.RUNNING).update(
-            lease_until=until
-        )
+        PlanNode.objects.filter(
+            pk=node_id, attempts=attempt, status=NodeStatus.RUNNING, lease_until__isnull=False
+        ).update(lease_until=until)
     )
 
 

@@ -356,3 +356,20 @@ def test_a_stale_work_item_result_is_refused_and_the_refusal_stays_in_the_trail(
     # Tried again, it is simply not open any more.
     assert _complete(personas.analyst("cy"), item).status_code == 409
     assert len(_events(item, "execution.leaf.result_refused")) == 1
+
+
+@pytest.mark.scenario("S7")
+def test_a_lease_renewal_after_the_work_item_opened_gives_the_waiting_step_no_lease(
+    analyst: Any, officer: Any
+) -> None:
+    """The worker's lease renewer may tick once more after the step was handed to a person: the
+    step must stay without a lease, or the reconciler would take it back and open a second item."""
+    item = waiting_work_item(analyst, officer)
+    node = PlanNode.objects.get(pk=item.node_id)
+    assert node.status == NodeStatus.RUNNING and node.lease_until is None
+
+    assert execution.renew_lease(node.pk, node.attempts) is False
+
+    node.refresh_from_db()
+    assert node.lease_until is None
+    assert WorkItem.objects.filter(node=node).count() == 1
