@@ -705,8 +705,16 @@ def open_escalation_gate(
     risk: str = GateRisk.HIGH,
     needs_signature: bool = False,
 ) -> Gate:
-    """Open an escalation gate for the escalation group of the active policy (its approval an
-    e-signature when `needs_signature`)."""
+    """Open an escalation gate for the escalation group of the active policy.
+
+    Its approval is an e-signature when `needs_signature`, and whenever the step's own gate in
+    this version asks for one: approving an escalation lets the step run, so it weighs what
+    approving the step does (a failed, rejected or re-routed payment hold is still signed for).
+    """
+    if node is not None and not needs_signature:
+        needs_signature = Gate.objects.filter(
+            version=version, node=node, kind=GateKind.STEP, needs_signature=True
+        ).exists()
     policy_version, policy = active_policy()
     now = timezone.now()
     gate = Gate.objects.create(

@@ -191,3 +191,28 @@ def test_a_policy_may_escalate_a_new_agents_approved_steps(analyst, officer, adm
     assert node.status == NodeStatus.AWAITING_APPROVAL and node.attempts == 0
     escalation = Gate.objects.get(kind=GateKind.ESCALATION, node=node)
     assert "routing of step extract-fields" in escalation.reason
+
+
+@pytest.mark.scenario("S6", "R7")
+def test_every_escalation_of_a_step_signed_for_asks_for_the_signature(analyst, officer):
+    """Not only a rejection's: a failed payment hold escalated by its failure policy is signed for
+    when its escalation is approved, as its own gate was."""
+    case = planned_invoice_case(analyst)
+    approve(_gate(case, GateKind.PLAN), officer)
+    run_ready(case)
+    hold = _gate(case, GateKind.STEP, "place-hold")
+    assert hold.needs_signature
+    approve(hold, officer, password=PASSWORD)
+    node = leaves(case)["place-hold"]
+    PlanNode.objects.filter(pk=node.pk).update(failure_policy="escalate")
+    claim = execution.claim_leaf(node.pk, worker="w")
+    execution.fail_leaf(node.pk, claim.attempt, error_class="tool_failure", error="ERP refused")
+    escalation = _gate(case, GateKind.ESCALATION, "place-hold")
+    assert escalation.needs_signature
+    supervisor = personas.make_user("sam", roles.SUPERVISOR)
+    with pytest.raises(SignatureRefused):
+        approve(escalation, supervisor)
+    approve(escalation, supervisor, password=PASSWORD)
+    run_ready(case)
+    case.refresh_from_db()
+    assert case.status == CaseStatus.COMPLETED, case.verification
