@@ -549,7 +549,7 @@ def test_a_cancel_while_a_call_is_in_flight_lets_it_finish_recorded_and_charged_
     previous = signal.signal(
         signal.SIGUSR1,
         lambda signum, frame: execution.cancel_case(
-            case_id=case.pk, user=analyst, reason_code="other"
+            case_id=case.pk, user=analyst, reason_code="other", reason="not needed"
         ),
     )
 
