@@ -121,7 +121,8 @@ def test_analyst_submits_the_forms_defaults_and_watches_the_case_planned(
     finally:
         worker.stop()
     assert page.evaluate("window.__notReloaded") is True  # htmx polling, not a reload
-    assert page.get_attribute("#case-live", "hx-trigger") is None  # polling has stopped
+    # Still polling: the officer's decision is what moves it on, and the page shows it (#21).
+    assert page.get_attribute("#case-live", "hx-trigger") == "every 2s"
     assert "nothing runs until a compliance officer approves the plan" in page.inner_text(
         "#case-live"
     )

@@ -44,10 +44,8 @@ def test_the_analyst_watches_the_invoice_case_run_and_reads_its_result(
     worker = harness.worker()
     try:
         approve_plan(case, officer)
-        # A plan waiting for approval is not live: the analyst opens the page again, and from
-        # then on it refreshes itself until the case ends (no reload below).
-        page.reload()
-        page.wait_for_selector('#case-live[data-status="executing"]')
+        # The page refreshes itself from "Awaiting approval" on until the case ends (no reload).
+        page.wait_for_selector('#case-live[data-status="executing"]', timeout=SHOWN_WITHIN_MS)
         wait_until(
             "the audit report",
             lambda: leaf(case, "audit-report").status == NodeStatus.SUCCEEDED,
