@@ -174,3 +174,42 @@ def test_every_step_ended_but_the_case_did_not(scripted, analyst, officer):
     case.refresh_from_db()
     assert case.status in (CaseStatus.COMPLETED, CaseStatus.FAILED)
     assert stuck_events(case)[0].data["action"].startswith("verified")
+
+
+# Found by the stateful test (tests/execution/test_stateful.py) --------------------------------
+
+
+@pytest.mark.scenario("S8")
+def test_a_replan_names_the_steps_of_the_old_version_it_cancels(settings, tmp_path, monkeypatch):
+    """A re-plan cancelled the replaced version's ready steps with no event naming them.
+
+    The sequence the state machine found: a re-plan case whose steps run side by side (`parallel`),
+    its plan approved, one delivery running `fetch-index` and then `fetch-primary` (claimed by the
+    completion), which fails into a re-plan while `prepare` is still ready.
+    """
+    from tests import personas
+    from tests.fakes.replan_pack import PATH, SLUG
+
+    monkeypatch.setenv("CASEHUB_TEST_EFFECTS_DIR", str(tmp_path))
+    settings.CASEHUB_EXTRA_PACKS = [PATH]
+    sync_packs()
+    analyst, officer = personas.analyst(), personas.officer()
+    case = submit_case(
+        submitter=analyst,
+        title="Fetch and report",
+        goal="Fetch the data and report",
+        domain=SLUG,
+        strategy="static",
+        inputs={"sources": ["primary", "mirror"], "failing": ["primary"], "parallel": True},
+    )
+    materialise_plan(case.pk)
+    gate = Gate.objects.get(case=case, kind=GateKind.PLAN, status=GateStatus.PENDING)
+    decide_gate(gate_id=gate.pk, user=officer, decision=DecisionInput(decision="approve"))
+    case.refresh_from_db()
+    first = case.current_version
+    assert node(case, "prepare").status == NodeStatus.READY
+    execution.execute_leaf(node(case, "fetch-index").pk, worker="w")
+    assert PlanNode.objects.get(version=first, key="prepare").status == NodeStatus.CANCELLED
+    replanned = AuditEvent.objects.get(chain=case_chain(case.pk), action="planning.plan.replanned")
+    assert "prepare" in replanned.data["cancelled"]
+    assert verify_chain(case_chain(case.pk)) == []
