@@ -4,7 +4,7 @@ PORT ?= 8000
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint format typecheck scenarios bench llm-check venv clean
+.PHONY: run test fuzz lint format typecheck scenarios bench llm-check venv clean
 
 venv: $(VENV)/.installed
 
@@ -23,6 +23,12 @@ run: venv
 test: venv
 	SECRET_KEY=$${SECRET_KEY:-tests-only-not-a-secret} CASEHUB_VAR_DIR=$${CASEHUB_VAR_DIR:-$(CURDIR)/var/test} \
 	  $(VENV)/bin/pytest $(ARGS)
+
+## fuzz: the stateful property test (tests/execution/test_stateful.py) with many random sequences (PostgreSQL)
+fuzz: venv
+	SECRET_KEY=$${SECRET_KEY:-tests-only-not-a-secret} CASEHUB_VAR_DIR=$${CASEHUB_VAR_DIR:-$(CURDIR)/var/test} \
+	  CASEHUB_FAIL_ON_SKIP=1 CASEHUB_FUZZ_EXAMPLES=$${CASEHUB_FUZZ_EXAMPLES:-500} CASEHUB_FUZZ_STEPS=$${CASEHUB_FUZZ_STEPS:-60} \
+	  $(VENV)/bin/pytest -p no:cacheprovider tests/execution/test_stateful.py $(ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -154,6 +154,7 @@ EVENT_CODES: tuple[EventCode, ...] = (
             "planning.plan.replanned": "Plan revised after a failed step",
             "planning.plan.results_carried": "Step results carried over to a new plan version",
             "execution.leaves.ready": "Steps ready to run",
+            "execution.case.stuck": "Case found with no way forward: repaired or escalated",
             "execution.leaf.claimed": "Step started by a worker",
             "execution.leaf.claim_refused": "Step held back: its approval no longer holds",
             "execution.leaf.routing_escalated": "Step routing escalated",

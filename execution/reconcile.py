@@ -26,6 +26,7 @@ from execution.common import (
 )
 from execution.ending import apply_failure, end_attempt
 from execution.judging import resend_goal_judges
+from execution.liveness import repair_stuck_cases
 from execution.models import LeafAttempt
 from oversight.actions.gates import open_escalation_gate
 from oversight.models import OPEN_GATE_STATUSES, Gate
@@ -201,6 +202,7 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
                 send_leaf(node.pk)
     finished = _finish_forgotten_cases()
     judges_resent, judges_failed = resend_goal_judges(now)
+    repair_stuck_cases(now)  # liveness: a running case that nothing can move (S12)
     return Reconciled(
         finished=tuple(finished + judges_failed),
         judges_resent=tuple(judges_resent),

@@ -67,6 +67,13 @@ from planning.versions import (
 )
 
 LEAF = PlanNode.Kind.LEAF
+# The open leaves of a replaced version that `cancel_open_leaves` cancels (a running one ends).
+WAITING_LEAF_STATUSES = (
+    NodeStatus.PENDING,
+    NodeStatus.AWAITING_APPROVAL,
+    NodeStatus.READY,
+    NodeStatus.RETRYING,
+)
 # Renaming colliding keys converges in one pass per collision; this bounds a pathological pack.
 MAX_RENAME_PASSES = 20
 
@@ -403,6 +410,12 @@ def _store(
     }
     # Nothing new starts on the old version: the failed step fails, its open steps are cancelled.
     fail_and_block(node, why=why, actor=None)
+    # Named in the re-plan's event: each status change is audited (S8).
+    cancelled = list(
+        PlanNode.objects.filter(version=old, kind=PlanNode.Kind.LEAF)
+        .filter(status__in=WAITING_LEAF_STATUSES)
+        .values_list("key", flat=True)
+    )
     cancel_open_leaves(old.pk)
     diff = diff_plans(old_plan, plan)
     edit = {
@@ -431,6 +444,7 @@ def _store(
             "version": version.number,
             "content_hash": version.content_hash,
             "kept": sorted(kept),
+            "cancelled": sorted(cancelled),
             "diff": diff.as_data(),
         },
     )
