@@ -173,6 +173,7 @@ EVENT_CODES: tuple[EventCode, ...] = (
             "execution.work_item.opened": "Work item opened",
             "execution.work_item.completed": "Work item completed",
             "execution.work_item.refused": "Work item result refused",
+            "execution.work_item.cancelled": "Work item cancelled: its step ended without it",
             "execution.work_item.reminded": "Work item reminder sent",
             "execution.work_item.escalated": "Work item escalated",
             "execution.control.stopped": "Execution stopped (global switch)",

@@ -10,7 +10,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.roles import ADMIN, OFFICER, SUPERVISOR
-from audit.chain import append_event, case_chain
+from audit.chain import NewEvent, append_event, case_chain
+from audit.transitions import audited
 from execution import dispatch
 from execution.common import (
     LEAF,
@@ -20,6 +21,7 @@ from execution.common import (
 )
 from execution.goal_judge import judge_time_limit_s
 from execution.models import WorkItem
+from execution.transitions import move_work_items
 from execution.verdicts import verify_goal
 from oversight import notify
 from oversight.actions.gates import check_reason, void_open_gates
@@ -104,7 +106,7 @@ def end_case(
     }
     case.save(update_fields=["status", "finished_at", "verification", "updated_at"])
     if case.current_version_id is not None:
-        cancel_open_leaves(case.current_version_id)
+        cancel_open_leaves(case.current_version_id, case_id=case.pk, why=f"the case is {status}")
         void_open_gates(
             PlanVersion.objects.get(pk=case.current_version_id), why=f"the case is {status}"
         )
@@ -121,7 +123,15 @@ def end_case(
     notify.case_finished(case)
 
 
-def cancel_open_leaves(version_id: int) -> None:
+def cancel_open_leaves(
+    version_id: int, *, case_id: int, why: str, actor: User | None = None
+) -> None:
+    """End the open leaves of a version `cancelled` and close its open work items.
+
+    A running leaf ends here only when it waits for a person (its worker is at a safe point
+    already); the others stop at their next safe point. Each work item closed is audited in an
+    event of its own (`execution.work_item.cancelled`), in the caller's transaction.
+    """
     # A human leaf waiting for its work item has no worker to reach a safe point: it ends here.
     waiting = WorkItem.objects.filter(
         node__version_id=version_id, status=WorkItem.Status.OPEN
@@ -139,9 +149,30 @@ def cancel_open_leaves(version_id: int) -> None:
             NodeStatus.RETRYING,
         ),
     ).update(status=NodeStatus.CANCELLED)
-    WorkItem.objects.filter(node__version_id=version_id, status=WorkItem.Status.OPEN).update(
-        status=WorkItem.Status.CANCELLED
-    )
+    with audited(chain=case_chain(case_id)) as audit:
+        closed = move_work_items(
+            WorkItem.objects.filter(node__version_id=version_id),
+            to=WorkItem.Status.CANCELLED,
+            audit=audit,
+            read=("node__key", "attempt"),
+        )
+        audit.add(
+            *(
+                NewEvent(
+                    "execution.work_item.cancelled",
+                    actor,
+                    {
+                        "work_item": item.pk,
+                        "node": item.values["node__key"],
+                        "attempt": item.values["attempt"],
+                        "why": why,
+                        "before": {"status": item.before},
+                        "after": {"status": item.after},
+                    },
+                )
+                for item in closed
+            )
+        )
 
 
 @transaction.atomic
@@ -180,7 +211,9 @@ def cancel_case(*, case_id: int, user: User, reason_code: str, reason: str = "")
         running = PlanNode.objects.filter(
             version_id=case.current_version_id, kind=LEAF, status=NodeStatus.RUNNING
         ).count()
-        cancel_open_leaves(case.current_version_id)
+        cancel_open_leaves(
+            case.current_version_id, case_id=case.pk, why="the case was cancelled", actor=user
+        )
         void_open_gates(
             PlanVersion.objects.get(pk=case.current_version_id),
             why="the case was cancelled",

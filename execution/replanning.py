@@ -403,7 +403,9 @@ def _store(
     }
     # Nothing new starts on the old version: the failed step fails, its open steps are cancelled.
     fail_and_block(node, why=why, actor=None)
-    cancel_open_leaves(old.pk)
+    cancel_open_leaves(
+        old.pk, case_id=case.pk, why=f"the plan was re-planned after {node.key} failed"
+    )
     diff = diff_plans(old_plan, plan)
     edit = {
         "kind": REPLAN,
