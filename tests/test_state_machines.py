@@ -32,6 +32,8 @@ from audit.transitions import (
 from execution import actions as execution
 from execution.models import WorkItem
 from execution.transitions import WORK_ITEM, move_work_item, move_work_items
+from oversight.models import Gate, GateKind, GateStatus
+from oversight.transitions import GATE, move_gate
 from planning.models import PlanNode
 from tests.execution.work_items import waiting_work_item
 from tests.planning.factories import make_case, make_plan
@@ -69,7 +71,29 @@ def _work_item(submitter: Any, status: str) -> WorkItem:
     )
 
 
-MACHINES = {"work item": Machine(WORK_ITEM, WorkItem.Status, _work_item, move_work_item)}
+def _gate(submitter: Any, status: str) -> Gate:
+    case = make_case(submitter)
+    version = make_plan(case, leaves=1)
+    now = timezone.now()
+    group, _ = Group.objects.get_or_create(name="tests-approvers")
+    return Gate.objects.create(
+        case=case,
+        version=version,
+        kind=GateKind.PLAN,
+        status=status,
+        reason="tests",
+        approver_group=group,
+        content_hash=version.content_hash,
+        opened_at=now,
+        remind_at=now + timedelta(hours=1),
+        deadline=now + timedelta(hours=2),
+    )
+
+
+MACHINES = {
+    "work item": Machine(WORK_ITEM, WorkItem.Status, _work_item, move_work_item),
+    "gate": Machine(GATE, GateStatus, _gate, move_gate),
+}
 
 
 def _pairs(allowed: bool) -> list[Any]:
@@ -103,10 +127,12 @@ def _documented(field: str) -> tuple[str, dict[str, set[str]]]:
     """Return where docs/architecture.md says a field's table lives, and its moves as shown."""
     text = ARCHITECTURE.read_text()
     section = text.split("\n## State machines\n", 1)[1].split("\n## ", 1)[0]
-    head = re.search(rf"^\*\*[^*]+\*\* \(`{re.escape(field)}`, `([^`]+)`\):$", section, re.M)
+    head = re.search(rf"^\*\*[^*]+\*\* \(`{re.escape(field)}`, `([^`]+)`\):", section, re.M)
     assert head is not None, f"docs/architecture.md shows no table of {field}"
+    lines = section[head.end() :].splitlines()
+    start = next(n for n, line in enumerate(lines) if line.startswith("|"))
     moves: dict[str, set[str]] = {}
-    for line in section[head.end() :].strip().splitlines()[2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         before, after = (cell.strip() for cell in line.strip("|").split("|"))

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from audit.chain import append_event, case_chain
+from audit.chain import NewEvent, case_chain
+from audit.transitions import audited
 from oversight.models import Gate, GateKind, GateStatus
+from oversight.transitions import move_gate
 from planning.models import NodeStatus, PlanNode, PlanVersion
 from planning.versions import CARRIED_FIELDS
 
@@ -33,20 +35,24 @@ def carry_results(version: PlanVersion, kept: Mapping[str, PlanNode]) -> None:
             **{name: getattr(old, name) for name in CARRIED_FIELDS}
         )
     # A step that ended needs no gate any more (a policy change may have gated it meanwhile).
-    for gate in Gate.objects.filter(
+    gates = Gate.objects.filter(
         version=version, kind=GateKind.STEP, status=GateStatus.PENDING, node__key__in=list(kept)
-    ):
-        Gate.objects.filter(pk=gate.pk).update(status=GateStatus.VOID)
-        append_event(
-            "oversight.gate.voided",
-            chain=case_chain(version.case_id),
-            data={
-                "gate": gate.pk,
-                "why": "the step ended in an earlier version",
-                "before": {"status": GateStatus.PENDING},
-                "after": {"status": GateStatus.VOID},
-            },
-        )
+    )
+    with audited(chain=case_chain(version.case_id)) as audit:
+        for gate in gates:
+            before = move_gate(gate, to=GateStatus.VOID, audit=audit)
+            audit.add(
+                NewEvent(
+                    "oversight.gate.voided",
+                    None,
+                    {
+                        "gate": gate.pk,
+                        "why": "the step ended in an earlier version",
+                        "before": {"status": before},
+                        "after": {"status": GateStatus.VOID},
+                    },
+                )
+            )
     _block_after(version, [k for k, row in kept.items() if row.status != NodeStatus.SUCCEEDED])
 
 
