@@ -27,6 +27,7 @@ from oversight import notify
 from oversight.actions.gates import check_reason, void_open_gates
 from oversight.models import OPEN_GATE_STATUSES, Gate
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
+from planning.transitions import move_case
 
 logger = logging.getLogger(__name__)
 
@@ -65,23 +66,28 @@ def finish_if_done(case: Case) -> str | None:
 
 def _await_judge(case: Case, *, checks: Sequence[str], judge: str) -> None:
     """Record that every leaf ended and the rules hold: the case waits for the goal judge."""
-    before = case.status
-    case.status = CaseStatus.VERIFYING
-    case.judge_lease_until = None
-    # No "passed" yet: the rules' checks and the judge to ask, kept for the verdict.
-    case.verification = {"checks": list(checks), "judge": judge}
-    case.save(update_fields=["status", "judge_lease_until", "verification", "updated_at"])
-    append_event(
-        "planning.case.verifying",
-        chain=case_chain(case.pk),
-        data={
-            "case": case.pk,
-            "judge": judge,
-            "checks": list(checks),
-            "before": {"status": before},
-            "after": {"status": case.status},
-        },
-    )
+    with audited(chain=case_chain(case.pk)) as audit:
+        before = move_case(
+            case,
+            to=CaseStatus.VERIFYING,
+            audit=audit,
+            judge_lease_until=None,
+            # No "passed" yet: the rules' checks and the judge to ask, kept for the verdict.
+            verification={"checks": list(checks), "judge": judge},
+        )
+        audit.add(
+            NewEvent(
+                "planning.case.verifying",
+                None,
+                {
+                    "case": case.pk,
+                    "judge": judge,
+                    "checks": list(checks),
+                    "before": {"status": before},
+                    "after": {"status": case.status},
+                },
+            )
+        )
     dispatch.enqueue_goal_judge(case.pk, time_limit_s=judge_time_limit_s())
 
 
@@ -95,31 +101,38 @@ _ENDED: Mapping[str, str] = {
 def end_case(
     case: Case, status: str, *, reasons: Sequence[str], checks: Sequence[str] = ()
 ) -> None:
-    before = case.status
-    now = timezone.now()
-    case.status = status
-    case.finished_at = now
-    case.verification = {
-        "passed": status == CaseStatus.COMPLETED,
-        "reasons": list(reasons),
-        "checks": list(checks),
-    }
-    case.save(update_fields=["status", "finished_at", "verification", "updated_at"])
-    if case.current_version_id is not None:
-        cancel_open_leaves(case.current_version_id, case_id=case.pk, why=f"the case is {status}")
-        void_open_gates(
-            PlanVersion.objects.get(pk=case.current_version_id), why=f"the case is {status}"
+    with audited(chain=case_chain(case.pk)) as audit:
+        before = move_case(
+            case,
+            to=status,
+            audit=audit,
+            finished_at=timezone.now(),
+            verification={
+                "passed": status == CaseStatus.COMPLETED,
+                "reasons": list(reasons),
+                "checks": list(checks),
+            },
         )
-    append_event(
-        _ENDED[status],
-        chain=case_chain(case.pk),
-        data={
-            "case": case.pk,
-            "before": {"status": before},
-            "after": {"status": status},
-            "verification": case.verification,
-        },
-    )
+        if case.current_version_id is not None:
+            cancel_open_leaves(
+                case.current_version_id, case_id=case.pk, why=f"the case is {status}"
+            )
+            void_open_gates(
+                PlanVersion.objects.get(pk=case.current_version_id), why=f"the case is {status}"
+            )
+        # After the events of the steps, items and gates it closed.
+        audit.add(
+            NewEvent(
+                _ENDED[status],
+                None,
+                {
+                    "case": case.pk,
+                    "before": {"status": before},
+                    "after": {"status": status},
+                    "verification": case.verification,
+                },
+            )
+        )
     notify.case_finished(case)
 
 
@@ -202,36 +215,36 @@ def cancel_case(*, case_id: int, user: User, reason_code: str, reason: str = "")
     )
     if case.status in ended:
         raise CaseNotRunning(f"the case is already {case.status}")
-    before = case.status
-    case.status = CaseStatus.CANCELLED
-    case.finished_at = timezone.now()
-    case.save(update_fields=["status", "finished_at", "updated_at"])
-    running = 0
-    if case.current_version_id is not None:
-        running = PlanNode.objects.filter(
-            version_id=case.current_version_id, kind=LEAF, status=NodeStatus.RUNNING
-        ).count()
-        cancel_open_leaves(
-            case.current_version_id, case_id=case.pk, why="the case was cancelled", actor=user
+    with audited(chain=case_chain(case.pk)) as audit:
+        before = move_case(case, to=CaseStatus.CANCELLED, audit=audit, finished_at=timezone.now())
+        running = 0
+        if case.current_version_id is not None:
+            running = PlanNode.objects.filter(
+                version_id=case.current_version_id, kind=LEAF, status=NodeStatus.RUNNING
+            ).count()
+            cancel_open_leaves(
+                case.current_version_id, case_id=case.pk, why="the case was cancelled", actor=user
+            )
+            void_open_gates(
+                PlanVersion.objects.get(pk=case.current_version_id),
+                why="the case was cancelled",
+                actor=user,
+            )
+        # After the events of the steps, items and gates it closed.
+        audit.add(
+            NewEvent(
+                "planning.case.cancelled",
+                user,
+                {
+                    "case": case.pk,
+                    "reason_code": code.code if code else "",
+                    "reason": reason.strip(),
+                    "running_leaves": running,
+                    "before": {"status": before},
+                    "after": {"status": case.status},
+                },
+            )
         )
-        void_open_gates(
-            PlanVersion.objects.get(pk=case.current_version_id),
-            why="the case was cancelled",
-            actor=user,
-        )
-    append_event(
-        "planning.case.cancelled",
-        actor=user,
-        chain=case_chain(case.pk),
-        data={
-            "case": case.pk,
-            "reason_code": code.code if code else "",
-            "reason": reason.strip(),
-            "running_leaves": running,
-            "before": {"status": before},
-            "after": {"status": case.status},
-        },
-    )
     return case
 
 

@@ -13,7 +13,8 @@ from django.db import transaction
 from django.db.models import Count, Exists, Q
 from django.utils import timezone
 
-from audit.chain import append_event, case_chain
+from audit.chain import NewEvent, append_event, case_chain
+from audit.transitions import audited
 from execution import dispatch, trust
 from execution.cases import finish_if_done
 from execution.common import (
@@ -32,6 +33,7 @@ from oversight.actions.gate_policy import active_policy
 from oversight.actions.gates import open_escalation_gate, reopen_gate
 from oversight.models import Gate, GateKind, GateStatus
 from planning.models import Agent, Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
+from planning.transitions import move_case
 
 logger = logging.getLogger(__name__)
 
@@ -41,21 +43,26 @@ def start_execution(case: Case, *, actor: User | None) -> list[int]:
 
     Call inside the transaction that approved the plan gate (the case row locked).
     """
-    before = case.status
-    case.status = CaseStatus.EXECUTING
-    case.save(update_fields=["status", "updated_at"])
-    append_event(
-        "planning.case.executing",
-        actor=actor,
-        chain=case_chain(case.pk),
-        data={"case": case.pk, "before": {"status": before}, "after": {"status": case.status}},
-    )
+    _start(case, actor=actor)
     assert case.current_version_id is not None
     released = release_ready(PlanVersion.objects.get(pk=case.current_version_id))
     if not released:
         # A re-planned version whose steps all ended already (carried over): nothing to run.
         finish_if_done(case)
     return released
+
+
+def _start(case: Case, *, actor: User | None) -> None:
+    """Move an approved case to `executing`, audited."""
+    with audited(chain=case_chain(case.pk)) as audit:
+        before = move_case(case, to=CaseStatus.EXECUTING, audit=audit)
+        audit.add(
+            NewEvent(
+                "planning.case.executing",
+                actor,
+                {"case": case.pk, "before": {"status": before}, "after": {"status": case.status}},
+            )
+        )
 
 
 def release_ready(
@@ -289,8 +296,8 @@ def _claim(node_id: int, worker: str) -> Claim | str:
     if isinstance(taken, str):
         return taken
     if case.status == CaseStatus.APPROVED:
-        case.status = CaseStatus.EXECUTING
-        case.save(update_fields=["status", "updated_at"])
+        # Started in its approving transaction as a rule: here only if that did not run.
+        _start(case, actor=None)
     append_event(
         "execution.leaf.claimed",
         actor=node.agent or None,

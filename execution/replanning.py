@@ -37,7 +37,8 @@ from typing import Any
 
 from django.conf import settings
 
-from audit.chain import append_event, case_chain
+from audit.chain import NewEvent, append_event, case_chain
+from audit.transitions import audited
 from execution.cases import cancel_open_leaves, fail_and_block
 from oversight.actions.gates import open_gates, void_open_gates
 from oversight.actions.kept_steps import carry_results
@@ -56,6 +57,7 @@ from planning.core.tree import Compound, Goal, Leaf, Node, StrategyName
 from planning.core.validation import validate_plan
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion, Strategy
 from planning.promotion.methods import PROMOTED_PREFIX, MethodInvalid, library_for
+from planning.transitions import move_case
 from planning.versions import (
     KEPT_STATUSES,
     REPLAN,
@@ -420,32 +422,34 @@ def _store(
         "from_version": old.number,
     }
     version = store_version(case, plan, edited_by=None, edit=edit)
-    before = case.status
-    case.status = CaseStatus.AWAITING_APPROVAL
-    case.current_version = version
-    case.save(update_fields=["status", "current_version", "updated_at"])
-    append_event(
-        "planning.plan.replanned",
-        chain=chain,
-        data={
-            "case": case.pk,
-            **edit,
-            "version": version.number,
-            "content_hash": version.content_hash,
-            "kept": sorted(kept),
-            "diff": diff.as_data(),
-        },
-    )
-    append_event(
-        "planning.case.awaiting_approval",
-        chain=chain,
-        data={
-            "case": case.pk,
-            "version": version.number,
-            "before": {"status": before},
-            "after": {"status": case.status},
-        },
-    )
+    with audited(chain=chain) as audit:
+        before = move_case(
+            case, to=CaseStatus.AWAITING_APPROVAL, audit=audit, current_version=version
+        )
+        audit.add(
+            NewEvent(
+                "planning.plan.replanned",
+                None,
+                {
+                    "case": case.pk,
+                    **edit,
+                    "version": version.number,
+                    "content_hash": version.content_hash,
+                    "kept": sorted(kept),
+                    "diff": diff.as_data(),
+                },
+            ),
+            NewEvent(
+                "planning.case.awaiting_approval",
+                None,
+                {
+                    "case": case.pk,
+                    "version": version.number,
+                    "before": {"status": before},
+                    "after": {"status": case.status},
+                },
+            ),
+        )
     void_open_gates(old, why=f"replaced by version {version.number} (re-plan)")
     open_gates(version, carried=_approved_gates(old, plan))
     carry_results(version, kept)

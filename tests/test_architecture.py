@@ -256,11 +256,12 @@ def test_a_project_import_inside_a_function_says_why() -> None:
 
 # The status fields that are state machines (STYLE.md "State machines"), by model. Each has one
 # table and its move functions in a transition module; only those modules assign the field.
-STATE_MACHINES = {"WorkItem", "Gate"}
+STATE_MACHINES = {"WorkItem", "Gate", "Case"}
 TRANSITION_MODULES = {
     "audit/transitions.py",
     "execution/transitions.py",
     "oversight/transitions.py",
+    "planning/transitions.py",
 }
 # What a receiver's type is told by, when it is not a model's name itself: the element of these.
 _ELEMENT_OF = {"list", "sorted", "reversed", "tuple", "set", "next", "iter", "cast"}

@@ -34,7 +34,8 @@ from execution.models import WorkItem
 from execution.transitions import WORK_ITEM, move_work_item, move_work_items
 from oversight.models import Gate, GateKind, GateStatus
 from oversight.transitions import GATE, move_gate
-from planning.models import PlanNode
+from planning.models import Case, CaseStatus, PlanNode
+from planning.transitions import CASE, move_case
 from tests.execution.work_items import waiting_work_item
 from tests.planning.factories import make_case, make_plan
 
@@ -90,9 +91,14 @@ def _gate(submitter: Any, status: str) -> Gate:
     )
 
 
+def _case(submitter: Any, status: str) -> Case:
+    return make_case(submitter, status=status)
+
+
 MACHINES = {
     "work item": Machine(WORK_ITEM, WorkItem.Status, _work_item, move_work_item),
     "gate": Machine(GATE, GateStatus, _gate, move_gate),
+    "case": Machine(CASE, CaseStatus, _case, move_case),
 }
 
 

@@ -44,6 +44,7 @@ from planning.models import (
     PlanNode,
     PlanVersion,
 )
+from planning.transitions import move_case
 from planning.versions import descends_from_replan
 
 logger = logging.getLogger(__name__)
@@ -566,15 +567,20 @@ _DECIDED: Mapping[str, str] = {
 
 
 def _set_case_status(case: Case, status: str, user: User | None, **data: Any) -> None:
-    before = case.status
-    case.status = status
-    case.save(update_fields=["status", "updated_at"])
-    append_event(
-        _DECIDED[status],
-        actor=user,
-        chain=case_chain(case.pk),
-        data={"case": case.pk, "before": {"status": before}, "after": {"status": status}, **data},
-    )
+    with audited(chain=case_chain(case.pk)) as audit:
+        before = move_case(case, to=status, audit=audit)
+        audit.add(
+            NewEvent(
+                _DECIDED[status],
+                user,
+                {
+                    "case": case.pk,
+                    "before": {"status": before},
+                    "after": {"status": status},
+                    **data,
+                },
+            )
+        )
 
 
 def _on_approved(gate: Gate, user: User) -> None:
