@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.roles import ADMIN, OFFICER, SUPERVISOR
-from audit.chain import NewEvent, append_event, case_chain
+from audit.chain import NewEvent, case_chain
 from audit.transitions import audited
 from execution import dispatch
 from execution.common import (
@@ -27,7 +27,7 @@ from oversight import notify
 from oversight.actions.gates import check_reason, void_open_gates
 from oversight.models import OPEN_GATE_STATUSES, Gate
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
-from planning.transitions import move_case
+from planning.transitions import block_nodes, move_case, move_node, move_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -142,27 +142,35 @@ def cancel_open_leaves(
     """End the open leaves of a version `cancelled` and close its open work items.
 
     A running leaf ends here only when it waits for a person (its worker is at a safe point
-    already); the others stop at their next safe point. Each work item closed is audited in an
-    event of its own (`execution.work_item.cancelled`), in the caller's transaction.
+    already); the others stop at their next safe point. Each leaf and work item closed is
+    audited in an event of its own (`execution.leaf.cancelled`, `execution.work_item.cancelled`),
+    in the caller's transaction.
     """
-    # A human leaf waiting for its work item has no worker to reach a safe point: it ends here.
-    waiting = WorkItem.objects.filter(
-        node__version_id=version_id, status=WorkItem.Status.OPEN
-    ).values_list("node_id", flat=True)
-    PlanNode.objects.filter(pk__in=list(waiting), status=NodeStatus.RUNNING).update(
-        status=NodeStatus.CANCELLED, finished_at=timezone.now(), lease_until=None
-    )
-    PlanNode.objects.filter(
-        version_id=version_id,
-        kind=LEAF,
-        status__in=(
-            NodeStatus.PENDING,
-            NodeStatus.AWAITING_APPROVAL,
-            NodeStatus.READY,
-            NodeStatus.RETRYING,
-        ),
-    ).update(status=NodeStatus.CANCELLED)
+    now = timezone.now()
     with audited(chain=case_chain(case_id)) as audit:
+        # A human leaf waiting for its work item has no worker to reach a safe point: it ends here.
+        waiting = WorkItem.objects.filter(
+            node__version_id=version_id, status=WorkItem.Status.OPEN
+        ).values_list("node_id", flat=True)
+        leaves = move_nodes(
+            PlanNode.objects.filter(pk__in=list(waiting)),
+            to=NodeStatus.CANCELLED,
+            from_=(NodeStatus.RUNNING,),
+            audit=audit,
+            finished_at=now,
+            lease_until=None,
+        )
+        leaves += move_nodes(
+            PlanNode.objects.filter(version_id=version_id, kind=LEAF),
+            to=NodeStatus.CANCELLED,
+            from_=(
+                NodeStatus.PENDING,
+                NodeStatus.AWAITING_APPROVAL,
+                NodeStatus.READY,
+                NodeStatus.RETRYING,
+            ),
+            audit=audit,
+        )
         closed = move_work_items(
             WorkItem.objects.filter(node__version_id=version_id),
             to=WorkItem.Status.CANCELLED,
@@ -170,6 +178,19 @@ def cancel_open_leaves(
             read=("node__key", "attempt"),
         )
         audit.add(
+            *(
+                NewEvent(
+                    "execution.leaf.cancelled",
+                    actor,
+                    {
+                        "node": leaf.values["key"],
+                        "why": why,
+                        "before": {"status": leaf.before},
+                        "after": {"status": leaf.after},
+                    },
+                )
+                for leaf in leaves
+            ),
             *(
                 NewEvent(
                     "execution.work_item.cancelled",
@@ -184,7 +205,7 @@ def cancel_open_leaves(
                     },
                 )
                 for item in closed
-            )
+            ),
         )
 
 
@@ -249,8 +270,8 @@ def cancel_case(*, case_id: int, user: User, reason_code: str, reason: str = "")
 
 
 def fail_and_block(node: PlanNode, *, why: str, actor: User | None) -> list[str]:
-    """Fail a leaf and block every leaf downstream of it; return the blocked keys."""
-    PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.FAILED)
+    """Fail a leaf and block every leaf downstream of it that still waits; return the keys
+    downstream of it. Its event names them; each leaf blocked has an event of its own."""
     depends = dict(
         PlanNode.objects.filter(version_id=node.version_id, kind=LEAF).values_list(
             "key", "depends_on"
@@ -261,13 +282,19 @@ def fail_and_block(node: PlanNode, *, why: str, actor: User | None) -> list[str]
     while frontier:
         frontier = {k for k, deps in depends.items() if set(deps) & frontier} - blocked
         blocked |= frontier
-    PlanNode.objects.filter(
-        version_id=node.version_id, key__in=blocked, status__in=OPEN_LEAF_STATUSES
-    ).exclude(status=NodeStatus.RUNNING).update(status=NodeStatus.BLOCKED)
-    append_event(
-        "execution.leaf.failed",
-        actor=actor,
-        chain=case_chain(node.version.case_id),
-        data={"node": node.key, "why": why, "blocked": sorted(blocked)},
-    )
+    with audited(chain=case_chain(node.version.case_id)) as audit:
+        move_node(node, to=NodeStatus.FAILED, audit=audit)
+        audit.add(
+            NewEvent(
+                "execution.leaf.failed",
+                actor,
+                {"node": node.key, "why": why, "blocked": sorted(blocked)},
+            )
+        )
+        block_nodes(
+            PlanNode.objects.filter(version_id=node.version_id, key__in=blocked),
+            audit=audit,
+            why=f"it needs {node.key}, which failed",
+            actor=actor,
+        )
     return sorted(blocked)

@@ -449,10 +449,12 @@ def _store(
                     "after": {"status": case.status},
                 },
             ),
+            now=True,
         )
-    void_open_gates(old, why=f"replaced by version {version.number} (re-plan)")
-    open_gates(version, carried=_approved_gates(old, plan))
-    carry_results(version, kept)
+        void_open_gates(old, why=f"replaced by version {version.number} (re-plan)")
+        open_gates(version, carried=_approved_gates(old, plan))
+        # The re-plan's event names the kept steps.
+        carry_results(version, kept, audit=audit)
     return version
 
 
@@ -504,16 +506,19 @@ def before_start(version: PlanVersion) -> list[str]:
         if row.content_hash == done[row.key].content_hash:
             carried[row.key] = done[row.key]
     if carried:
-        carry_results(version, carried)
-        append_event(
-            "planning.plan.results_carried",
-            chain=case_chain(version.case_id),
-            data={
-                "version": version.number,
-                "from_version": previous.number,
-                "nodes": sorted(carried),
-            },
-        )
+        with audited(chain=case_chain(version.case_id)) as audit:
+            carry_results(version, carried, audit=audit)
+            audit.add(
+                NewEvent(
+                    "planning.plan.results_carried",
+                    None,
+                    {
+                        "version": version.number,
+                        "from_version": previous.number,
+                        "nodes": sorted(carried),
+                    },
+                )
+            )
     return sorted(carried)
 
 

@@ -256,7 +256,7 @@ def test_a_project_import_inside_a_function_says_why() -> None:
 
 # The status fields that are state machines (STYLE.md "State machines"), by model. Each has one
 # table and its move functions in a transition module; only those modules assign the field.
-STATE_MACHINES = {"WorkItem", "Gate", "Case"}
+STATE_MACHINES = {"WorkItem", "Gate", "Case", "PlanNode"}
 TRANSITION_MODULES = {
     "audit/transitions.py",
     "execution/transitions.py",

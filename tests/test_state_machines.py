@@ -34,9 +34,10 @@ from execution.models import WorkItem
 from execution.transitions import WORK_ITEM, move_work_item, move_work_items
 from oversight.models import Gate, GateKind, GateStatus
 from oversight.transitions import GATE, move_gate
-from planning.models import Case, CaseStatus, PlanNode
-from planning.transitions import CASE, move_case
-from tests.execution.work_items import waiting_work_item
+from planning.models import Case, CaseStatus, NodeStatus, PlanNode
+from planning.transitions import CASE, NODE, move_case, move_node
+from tests.cases import planned_invoice_case
+from tests.execution.work_items import approve_plan, waiting_work_item
 from tests.planning.factories import make_case, make_plan
 
 pytestmark = [pytest.mark.django_db, pytest.mark.scenario("S8")]
@@ -95,10 +96,17 @@ def _case(submitter: Any, status: str) -> Case:
     return make_case(submitter, status=status)
 
 
+def _node(submitter: Any, status: str) -> PlanNode:
+    case = make_case(submitter)
+    make_plan(case, leaves=1, status=status)
+    return PlanNode.objects.get(version_id=case.current_version_id, key="step-0")
+
+
 MACHINES = {
     "work item": Machine(WORK_ITEM, WorkItem.Status, _work_item, move_work_item),
     "gate": Machine(GATE, GateStatus, _gate, move_gate),
     "case": Machine(CASE, CaseStatus, _case, move_case),
+    "plan node": Machine(NODE, NodeStatus, _node, move_node),
 }
 
 
@@ -113,7 +121,9 @@ def _pairs(allowed: bool) -> list[Any]:
 
 
 def _case_id(row: Any) -> int:
-    return row.pk if type(row).__name__ == "Case" else row.case_id
+    if isinstance(row, Case):
+        return row.pk
+    return row.version.case_id if isinstance(row, PlanNode) else row.case_id
 
 
 def _moved_events(row: Any) -> list[AuditEvent]:
@@ -338,4 +348,116 @@ def test_cancelling_a_case_closes_its_open_work_item_with_an_event_of_its_own(
         "why": "the case was cancelled",
         "before": {"status": "open"},
         "after": {"status": "cancelled"},
+    }
+
+
+def _events(case_id: int, action: str) -> list[dict[str, Any]]:
+    events = AuditEvent.objects.filter(chain=case_chain(case_id), action=action).order_by("seq")
+    return [e.data for e in events]
+
+
+def _running_chain_of_three(submitter: Any, *, case_status: str, policy: str = "") -> PlanNode:
+    """Return step-0 of an executing case's plan step-0 → step-1 → step-2, running."""
+    case = make_case(submitter, status=case_status)
+    make_plan(case, leaves=3)
+    PlanNode.objects.filter(version_id=case.current_version_id, key="step-0").update(
+        status=NodeStatus.RUNNING, attempts=1, failure_policy=policy
+    )
+    return PlanNode.objects.select_related("version").get(
+        version_id=case.current_version_id, key="step-0"
+    )
+
+
+def test_cancelling_a_case_cancels_each_waiting_step_with_an_event_of_its_own(
+    analyst: Any, officer: Any
+) -> None:
+    case = planned_invoice_case(analyst)
+    approve_plan(case, officer)
+    before = dict(
+        PlanNode.objects.filter(version_id=case.current_version_id, kind="leaf").values_list(
+            "key", "status"
+        )
+    )
+    execution.cancel_case(case_id=case.pk, user=officer, reason_code="other", reason="no")
+    cancelled = _events(case.pk, "execution.leaf.cancelled")
+    assert sorted(e["node"] for e in cancelled) == sorted(before)
+    for event in cancelled:
+        assert event["before"] == {"status": before[event["node"]]}
+        assert event["after"] == {"status": "cancelled"}
+        assert event["why"] == "the case was cancelled"
+    actions = list(
+        AuditEvent.objects.filter(chain=case_chain(case.pk))
+        .order_by("seq")
+        .values_list("action", flat=True)
+    )
+    assert actions[-1] == "planning.case.cancelled"  # after the steps and gates it closed
+
+
+def test_a_failed_step_blocks_the_steps_that_need_it_each_with_an_event_of_its_own(
+    analyst: Any,
+) -> None:
+    from execution.cases import fail_and_block
+
+    node = _running_chain_of_three(analyst, case_status=CaseStatus.EXECUTING)
+    with transaction.atomic():
+        assert fail_and_block(node, why="it broke", actor=None) == ["step-1", "step-2"]
+    case_id = node.version.case_id
+    (failed,) = _events(case_id, "execution.leaf.failed")
+    assert failed == {"node": "step-0", "why": "it broke", "blocked": ["step-1", "step-2"]}
+    assert _events(case_id, "planning.node.blocked") == [
+        {
+            "node": key,
+            "why": "it needs step-0, which failed",
+            "before": {"status": "pending"},
+            "after": {"status": "blocked"},
+        }
+        for key in ("step-1", "step-2")
+    ]
+    assert dict(
+        PlanNode.objects.filter(version_id=node.version_id, kind="leaf").values_list(
+            "key", "status"
+        )
+    ) == {"step-0": "failed", "step-1": "blocked", "step-2": "blocked"}
+
+
+@pytest.mark.parametrize(
+    ("case_status", "policy", "action", "after"),
+    [
+        (CaseStatus.EXECUTING, "escalate", "execution.leaf.escalated", "awaiting_approval"),
+        (CaseStatus.CANCELLED, "abort", "execution.leaf.cancelled", "cancelled"),
+    ],
+)
+def test_a_failed_attempt_that_moves_its_step_without_failing_it_has_an_event_for_the_move(
+    analyst: Any, case_status: str, policy: str, action: str, after: str
+) -> None:
+    from execution.ending import apply_failure
+
+    node = _running_chain_of_three(analyst, case_status=case_status, policy=policy)
+    case = Case.objects.get(pk=node.version.case_id)
+    with transaction.atomic():
+        ended = apply_failure(node, case, 1, error_class="tool_failure", error="it broke")
+    assert ended.status == after
+    (event,) = _events(case.pk, action)
+    assert (event["node"], event["before"], event["after"]) == (
+        "step-0",
+        {"status": "running"},
+        {"status": after},
+    )
+
+
+def test_approving_a_step_gate_records_that_its_step_may_run(analyst: Any, officer: Any) -> None:
+    from tests.execution.test_execution import approve, run_ready
+    from tests.personas import PASSWORD
+
+    case = planned_invoice_case(analyst)
+    approve_plan(case, officer)
+    run_ready(case)
+    gate = Gate.objects.get(case=case, kind=GateKind.STEP, status=GateStatus.PENDING)
+    approve(gate, officer, password=PASSWORD)
+    (event,) = _events(case.pk, "execution.leaf.approved")
+    assert event == {
+        "node": "place-hold",
+        "gate": gate.pk,
+        "before": {"status": "awaiting_approval"},
+        "after": {"status": "pending"},
     }

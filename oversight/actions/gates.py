@@ -44,7 +44,7 @@ from planning.models import (
     PlanNode,
     PlanVersion,
 )
-from planning.transitions import move_case
+from planning.transitions import block_nodes, move_case, move_node, move_nodes
 from planning.versions import descends_from_replan
 
 logger = logging.getLogger(__name__)
@@ -178,15 +178,24 @@ def open_gates(version: PlanVersion, *, carried: dict[str, Gate] | None = None) 
     pending_keys = [
         g.node.key for g in gates if g.node is not None and g.status == GateStatus.PENDING
     ]
-    PlanNode.objects.filter(version=version, key__in=pending_keys).update(
-        status=NodeStatus.AWAITING_APPROVAL
-    )
-    chain = case_chain(case.pk)
-    for gate in gates:
-        append_event(
-            "oversight.gate.opened" if gate.carried_from is None else "oversight.gate.carried",
-            chain=chain,
-            data=_gate_data(gate) | {"carried_from": gate.carried_from_id},
+    with audited(chain=case_chain(case.pk)) as audit:
+        # A gated step waits for its gate: the gate's opening event names the step.
+        move_nodes(
+            PlanNode.objects.filter(version=version, key__in=pending_keys),
+            to=NodeStatus.AWAITING_APPROVAL,
+            audit=audit,
+        )
+        audit.add(
+            *(
+                NewEvent(
+                    "oversight.gate.opened"
+                    if gate.carried_from is None
+                    else "oversight.gate.carried",
+                    None,
+                    _gate_data(gate) | {"carried_from": gate.carried_from_id},
+                )
+                for gate in gates
+            )
         )
     notify.gates_opened(case, [g for g in gates if g.status == GateStatus.PENDING])
     return gates
@@ -629,19 +638,38 @@ def _on_rejected(gate: Gate, user: User, record: GateDecision) -> None:
     policy = node.failure_policy or "abort"
     if policy == "continue":
         # The step is skipped; the steps that need its output cannot run.
-        PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.SKIPPED)
         blocked = _dependents(gate.version, node.key)
-        PlanNode.objects.filter(version=gate.version, key__in=blocked).update(
-            status=NodeStatus.BLOCKED
-        )
-        append_event(
-            "planning.node.skipped",
-            actor=user,
-            chain=case_chain(case.pk),
-            data={"node": node.key, "why": why, "blocked": blocked, "failure_policy": policy},
-        )
+        with audited(chain=case_chain(case.pk)) as audit:
+            move_node(node, to=NodeStatus.SKIPPED, audit=audit)
+            audit.add(
+                NewEvent(
+                    "planning.node.skipped",
+                    user,
+                    {"node": node.key, "why": why, "blocked": blocked, "failure_policy": policy},
+                )
+            )
+            block_nodes(
+                PlanNode.objects.filter(version=gate.version, key__in=blocked),
+                audit=audit,
+                why=f"it needs {node.key}, which was skipped",
+                actor=user,
+            )
     elif policy == "abort":
-        PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.FAILED)
+        with audited(chain=case_chain(case.pk)) as audit:
+            before = move_node(node, to=NodeStatus.FAILED, audit=audit)
+            audit.add(
+                NewEvent(
+                    "planning.node.failed",
+                    user,
+                    {
+                        "node": node.key,
+                        "why": why,
+                        "failure_policy": policy,
+                        "before": {"status": before},
+                        "after": {"status": NodeStatus.FAILED},
+                    },
+                )
+            )
         void_open_gates(gate.version, why=f"step {node.key} was rejected", actor=user)
         _set_case_status(
             case,
@@ -656,7 +684,7 @@ def _on_rejected(gate: Gate, user: User, record: GateDecision) -> None:
         # escalate, and retry/replan (a rejection is not transient; re-planning a rejected step
         # is decided by a supervisor): an escalation gate for the supervisor group. Approving it
         # authorises the step in the rejected gate's place: a signature where that one needed it.
-        PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.AWAITING_APPROVAL)
+        # The step waited for its step gate (`awaiting_approval`): it goes on waiting, for this.
         open_escalation_gate(
             gate.version,
             node,
