@@ -105,10 +105,9 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
                         },
                     )
                 )
-            pk = node.pk
-            retried.append(pk)
+            retried.append(node.pk)
             if not stopped:
-                send_leaf(pk)
+                send_leaf(node.pk)
     if not stopped:
         stale_before = now - timedelta(seconds=redispatch_after_s())
         with transaction.atomic():
