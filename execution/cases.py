@@ -10,7 +10,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.roles import ADMIN, OFFICER, SUPERVISOR
-from audit.chain import append_event, case_chain
+from audit.chain import NewEvent, case_chain
+from audit.transitions import audited
 from execution import dispatch
 from execution.common import (
     LEAF,
@@ -20,11 +21,13 @@ from execution.common import (
 )
 from execution.goal_judge import judge_time_limit_s
 from execution.models import WorkItem
+from execution.transitions import move_work_items
 from execution.verdicts import verify_goal
 from oversight import notify
 from oversight.actions.gates import check_reason, void_open_gates
 from oversight.models import OPEN_GATE_STATUSES, Gate
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
+from planning.transitions import block_nodes, move_case, move_node, move_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -63,23 +66,28 @@ def finish_if_done(case: Case) -> str | None:
 
 def _await_judge(case: Case, *, checks: Sequence[str], judge: str) -> None:
     """Record that every leaf ended and the rules hold: the case waits for the goal judge."""
-    before = case.status
-    case.status = CaseStatus.VERIFYING
-    case.judge_lease_until = None
-    # No "passed" yet: the rules' checks and the judge to ask, kept for the verdict.
-    case.verification = {"checks": list(checks), "judge": judge}
-    case.save(update_fields=["status", "judge_lease_until", "verification", "updated_at"])
-    append_event(
-        "planning.case.verifying",
-        chain=case_chain(case.pk),
-        data={
-            "case": case.pk,
-            "judge": judge,
-            "checks": list(checks),
-            "before": {"status": before},
-            "after": {"status": case.status},
-        },
-    )
+    with audited(chain=case_chain(case.pk)) as audit:
+        before = move_case(
+            case,
+            to=CaseStatus.VERIFYING,
+            audit=audit,
+            judge_lease_until=None,
+            # No "passed" yet: the rules' checks and the judge to ask, kept for the verdict.
+            verification={"checks": list(checks), "judge": judge},
+        )
+        audit.add(
+            NewEvent(
+                "planning.case.verifying",
+                None,
+                {
+                    "case": case.pk,
+                    "judge": judge,
+                    "checks": list(checks),
+                    "before": {"status": before},
+                    "after": {"status": case.status},
+                },
+            )
+        )
     dispatch.enqueue_goal_judge(case.pk, time_limit_s=judge_time_limit_s())
 
 
@@ -93,55 +101,112 @@ _ENDED: Mapping[str, str] = {
 def end_case(
     case: Case, status: str, *, reasons: Sequence[str], checks: Sequence[str] = ()
 ) -> None:
-    before = case.status
-    now = timezone.now()
-    case.status = status
-    case.finished_at = now
-    case.verification = {
-        "passed": status == CaseStatus.COMPLETED,
-        "reasons": list(reasons),
-        "checks": list(checks),
-    }
-    case.save(update_fields=["status", "finished_at", "verification", "updated_at"])
-    if case.current_version_id is not None:
-        cancel_open_leaves(case.current_version_id)
-        void_open_gates(
-            PlanVersion.objects.get(pk=case.current_version_id), why=f"the case is {status}"
+    with audited(chain=case_chain(case.pk)) as audit:
+        before = move_case(
+            case,
+            to=status,
+            audit=audit,
+            finished_at=timezone.now(),
+            verification={
+                "passed": status == CaseStatus.COMPLETED,
+                "reasons": list(reasons),
+                "checks": list(checks),
+            },
         )
-    append_event(
-        _ENDED[status],
-        chain=case_chain(case.pk),
-        data={
-            "case": case.pk,
-            "before": {"status": before},
-            "after": {"status": status},
-            "verification": case.verification,
-        },
-    )
+        if case.current_version_id is not None:
+            cancel_open_leaves(
+                case.current_version_id, case_id=case.pk, why=f"the case is {status}"
+            )
+            void_open_gates(
+                PlanVersion.objects.get(pk=case.current_version_id), why=f"the case is {status}"
+            )
+        # After the events of the steps, items and gates it closed.
+        audit.add(
+            NewEvent(
+                _ENDED[status],
+                None,
+                {
+                    "case": case.pk,
+                    "before": {"status": before},
+                    "after": {"status": status},
+                    "verification": case.verification,
+                },
+            )
+        )
     notify.case_finished(case)
 
 
-def cancel_open_leaves(version_id: int) -> None:
-    # A human leaf waiting for its work item has no worker to reach a safe point: it ends here.
-    waiting = WorkItem.objects.filter(
-        node__version_id=version_id, status=WorkItem.Status.OPEN
-    ).values_list("node_id", flat=True)
-    PlanNode.objects.filter(pk__in=list(waiting), status=NodeStatus.RUNNING).update(
-        status=NodeStatus.CANCELLED, finished_at=timezone.now(), lease_until=None
-    )
-    PlanNode.objects.filter(
-        version_id=version_id,
-        kind=LEAF,
-        status__in=(
-            NodeStatus.PENDING,
-            NodeStatus.AWAITING_APPROVAL,
-            NodeStatus.READY,
-            NodeStatus.RETRYING,
-        ),
-    ).update(status=NodeStatus.CANCELLED)
-    WorkItem.objects.filter(node__version_id=version_id, status=WorkItem.Status.OPEN).update(
-        status=WorkItem.Status.CANCELLED
-    )
+def cancel_open_leaves(
+    version_id: int, *, case_id: int, why: str, actor: User | None = None
+) -> None:
+    """End the open leaves of a version `cancelled` and close its open work items.
+
+    A running leaf ends here only when it waits for a person (its worker is at a safe point
+    already); the others stop at their next safe point. Each leaf and work item closed is
+    audited in an event of its own (`execution.leaf.cancelled`, `execution.work_item.cancelled`),
+    in the caller's transaction.
+    """
+    now = timezone.now()
+    with audited(chain=case_chain(case_id)) as audit:
+        # A human leaf waiting for its work item has no worker to reach a safe point: it ends here.
+        waiting = WorkItem.objects.filter(
+            node__version_id=version_id, status=WorkItem.Status.OPEN
+        ).values_list("node_id", flat=True)
+        leaves = move_nodes(
+            PlanNode.objects.filter(pk__in=list(waiting)),
+            to=NodeStatus.CANCELLED,
+            from_=(NodeStatus.RUNNING,),
+            audit=audit,
+            finished_at=now,
+            lease_until=None,
+        )
+        leaves += move_nodes(
+            PlanNode.objects.filter(version_id=version_id, kind=LEAF),
+            to=NodeStatus.CANCELLED,
+            from_=(
+                NodeStatus.PENDING,
+                NodeStatus.AWAITING_APPROVAL,
+                NodeStatus.READY,
+                NodeStatus.RETRYING,
+            ),
+            audit=audit,
+        )
+        closed = move_work_items(
+            WorkItem.objects.filter(node__version_id=version_id),
+            to=WorkItem.Status.CANCELLED,
+            audit=audit,
+            read=("node__key", "attempt"),
+        )
+        audit.add(
+            *(
+                NewEvent(
+                    "execution.leaf.cancelled",
+                    actor,
+                    {
+                        "node": leaf.values["key"],
+                        "why": why,
+                        "before": {"status": leaf.before},
+                        "after": {"status": leaf.after},
+                    },
+                )
+                for leaf in leaves
+            ),
+            *(
+                NewEvent(
+                    "execution.work_item.cancelled",
+                    actor,
+                    {
+                        "work_item": item.pk,
+                        "node": item.values["node__key"],
+                        "attempt": item.values["attempt"],
+                        "why": why,
+                        "before": {"status": item.before},
+                        "after": {"status": item.after},
+                    },
+                )
+                for item in closed
+            ),
+        )
 
 
 @transaction.atomic
@@ -171,40 +236,42 @@ def cancel_case(*, case_id: int, user: User, reason_code: str, reason: str = "")
     )
     if case.status in ended:
         raise CaseNotRunning(f"the case is already {case.status}")
-    before = case.status
-    case.status = CaseStatus.CANCELLED
-    case.finished_at = timezone.now()
-    case.save(update_fields=["status", "finished_at", "updated_at"])
-    running = 0
-    if case.current_version_id is not None:
-        running = PlanNode.objects.filter(
-            version_id=case.current_version_id, kind=LEAF, status=NodeStatus.RUNNING
-        ).count()
-        cancel_open_leaves(case.current_version_id)
-        void_open_gates(
-            PlanVersion.objects.get(pk=case.current_version_id),
-            why="the case was cancelled",
-            actor=user,
+    with audited(chain=case_chain(case.pk)) as audit:
+        before = move_case(case, to=CaseStatus.CANCELLED, audit=audit, finished_at=timezone.now())
+        running = 0
+        if case.current_version_id is not None:
+            running = PlanNode.objects.filter(
+                version_id=case.current_version_id, kind=LEAF, status=NodeStatus.RUNNING
+            ).count()
+            cancel_open_leaves(
+                case.current_version_id, case_id=case.pk, why="the case was cancelled", actor=user
+            )
+            void_open_gates(
+                PlanVersion.objects.get(pk=case.current_version_id),
+                why="the case was cancelled",
+                actor=user,
+            )
+        # After the events of the steps, items and gates it closed.
+        audit.add(
+            NewEvent(
+                "planning.case.cancelled",
+                user,
+                {
+                    "case": case.pk,
+                    "reason_code": code.code if code else "",
+                    "reason": reason.strip(),
+                    "running_leaves": running,
+                    "before": {"status": before},
+                    "after": {"status": case.status},
+                },
+            )
         )
-    append_event(
-        "planning.case.cancelled",
-        actor=user,
-        chain=case_chain(case.pk),
-        data={
-            "case": case.pk,
-            "reason_code": code.code if code else "",
-            "reason": reason.strip(),
-            "running_leaves": running,
-            "before": {"status": before},
-            "after": {"status": case.status},
-        },
-    )
     return case
 
 
 def fail_and_block(node: PlanNode, *, why: str, actor: User | None) -> list[str]:
-    """Fail a leaf and block every leaf downstream of it; return the blocked keys."""
-    PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.FAILED)
+    """Fail a leaf and block every leaf downstream of it that still waits; return the keys
+    downstream of it. Its event names them; each leaf blocked has an event of its own."""
     depends = dict(
         PlanNode.objects.filter(version_id=node.version_id, kind=LEAF).values_list(
             "key", "depends_on"
@@ -215,13 +282,19 @@ def fail_and_block(node: PlanNode, *, why: str, actor: User | None) -> list[str]
     while frontier:
         frontier = {k for k, deps in depends.items() if set(deps) & frontier} - blocked
         blocked |= frontier
-    PlanNode.objects.filter(
-        version_id=node.version_id, key__in=blocked, status__in=OPEN_LEAF_STATUSES
-    ).exclude(status=NodeStatus.RUNNING).update(status=NodeStatus.BLOCKED)
-    append_event(
-        "execution.leaf.failed",
-        actor=actor,
-        chain=case_chain(node.version.case_id),
-        data={"node": node.key, "why": why, "blocked": sorted(blocked)},
-    )
+    with audited(chain=case_chain(node.version.case_id)) as audit:
+        move_node(node, to=NodeStatus.FAILED, audit=audit)
+        audit.add(
+            NewEvent(
+                "execution.leaf.failed",
+                actor,
+                {"node": node.key, "why": why, "blocked": sorted(blocked)},
+            )
+        )
+        block_nodes(
+            PlanNode.objects.filter(version_id=node.version_id, key__in=blocked),
+            audit=audit,
+            why=f"it needs {node.key}, which failed",
+            actor=actor,
+        )
     return sorted(blocked)

@@ -13,7 +13,8 @@ from django.db import transaction
 from django.db.models import Count, Exists, Q
 from django.utils import timezone
 
-from audit.chain import append_event, case_chain
+from audit.chain import NewEvent, case_chain
+from audit.transitions import Audit, audited
 from execution import dispatch, trust
 from execution.cases import finish_if_done
 from execution.common import (
@@ -32,6 +33,7 @@ from oversight.actions.gate_policy import active_policy
 from oversight.actions.gates import open_escalation_gate, reopen_gate
 from oversight.models import Gate, GateKind, GateStatus
 from planning.models import Agent, Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
+from planning.transitions import move_case, move_node, move_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -41,15 +43,7 @@ def start_execution(case: Case, *, actor: User | None) -> list[int]:
 
     Call inside the transaction that approved the plan gate (the case row locked).
     """
-    before = case.status
-    case.status = CaseStatus.EXECUTING
-    case.save(update_fields=["status", "updated_at"])
-    append_event(
-        "planning.case.executing",
-        actor=actor,
-        chain=case_chain(case.pk),
-        data={"case": case.pk, "before": {"status": before}, "after": {"status": case.status}},
-    )
+    _start(case, actor=actor)
     assert case.current_version_id is not None
     released = release_ready(PlanVersion.objects.get(pk=case.current_version_id))
     if not released:
@@ -58,12 +52,24 @@ def start_execution(case: Case, *, actor: User | None) -> list[int]:
     return released
 
 
+def _start(case: Case, *, actor: User | None) -> None:
+    """Move an approved case to `executing`, audited."""
+    with audited(chain=case_chain(case.pk)) as audit:
+        before = move_case(case, to=CaseStatus.EXECUTING, audit=audit)
+        audit.add(
+            NewEvent(
+                "planning.case.executing",
+                actor,
+                {"case": case.pk, "before": {"status": before}, "after": {"status": case.status}},
+            )
+        )
+
+
 def release_ready(
     version: PlanVersion,
     *,
     candidates: Iterable[int] | None = None,
     case: Case | None = None,
-    announce: bool = True,
     stopped: bool | None = None,
 ) -> list[int]:
     """Make `pending` leaves whose dependencies all succeeded `ready`, and send them on commit.
@@ -71,21 +77,24 @@ def release_ready(
     `candidates` limits the check to those leaf ids (the dependents of a leaf that just ended).
     The candidates are locked in id order, so that of several parents ending at once exactly one
     releases their common child (E11). `case` is the version's case when the caller holds it
-    (locked) already. The leaves made ready are audited in one event, or, `announce=False`, by
-    the caller. `stopped` is the stop switch when the caller read it already. Returns their ids.
+    (locked) already. The leaves made ready are audited in one event. `stopped` is the stop
+    switch when the caller read it already. Returns their ids.
     """
     case = case if case is not None else version.case
-    ready = mark_ready(version, candidates=candidates, case=case)
-    if ready and announce:
-        append_event(
-            "execution.leaves.ready",
-            chain=case_chain(case.pk),
-            data={
-                "nodes": [n.key for n in ready],
-                "before": {"status": "pending"},
-                "after": {"status": "ready"},
-            },
-        )
+    with audited(chain=case_chain(case.pk)) as audit:
+        ready = mark_ready(version, candidates=candidates, case=case, audit=audit)
+        if ready:
+            audit.add(
+                NewEvent(
+                    "execution.leaves.ready",
+                    None,
+                    {
+                        "nodes": [n.key for n in ready],
+                        "before": {"status": "pending"},
+                        "after": {"status": "ready"},
+                    },
+                )
+            )
     if not (is_stopped() if stopped is None else stopped):
         for node in ready:
             dispatch.enqueue_leaf(node.pk)
@@ -93,9 +102,10 @@ def release_ready(
 
 
 def mark_ready(
-    version: PlanVersion, *, candidates: Iterable[int] | None, case: Case
+    version: PlanVersion, *, candidates: Iterable[int] | None, case: Case, audit: Audit
 ) -> list[PlanNode]:
-    """Make the candidates whose dependencies all succeeded `ready` (locked, in id order)."""
+    """Make the candidates whose dependencies all succeeded `ready` (locked, in id order); the
+    caller's `audit` block has the event that names them."""
     if case.status not in RUNNING_CASE_STATUSES or case.current_version_id != version.pk:
         return []
     query = PlanNode.objects.filter(version=version, kind=LEAF, status=NodeStatus.PENDING)
@@ -119,14 +129,10 @@ def mark_ready(
     ]
     if not ready:
         return []
-    now = timezone.now()
     # The candidates are locked above: one statement moves them all.
-    PlanNode.objects.filter(pk__in=[n.pk for n in ready], status=NodeStatus.PENDING).update(
-        status=NodeStatus.READY, enqueued_at=now
-    )
+    move_nodes(ready, to=NodeStatus.READY, audit=audit, enqueued_at=timezone.now())
     for node in ready:
         node.version = version
-        node.status, node.enqueued_at = NodeStatus.READY, now
     return ready
 
 
@@ -285,18 +291,20 @@ def _claim(node_id: int, worker: str) -> Claim | str:
         raise ClaimRefused(f"the case is {case.status}")
     if node.stopped:
         raise ClaimRefused("execution is stopped")
-    taken = take_leaf(node, case, worker)
-    if isinstance(taken, str):
-        return taken
-    if case.status == CaseStatus.APPROVED:
-        case.status = CaseStatus.EXECUTING
-        case.save(update_fields=["status", "updated_at"])
-    append_event(
-        "execution.leaf.claimed",
-        actor=node.agent or None,
-        chain=case_chain(case.pk),
-        data=claim_data(taken, worker, before=before),
-    )
+    with audited(chain=case_chain(case.pk)) as audit:
+        taken = take_leaf(node, case, worker, audit=audit)
+        if isinstance(taken, str):
+            return taken
+        if case.status == CaseStatus.APPROVED:
+            # Started in its approving transaction as a rule: here only if that did not run.
+            _start(case, actor=None)
+        audit.add(
+            NewEvent(
+                "execution.leaf.claimed",
+                node.agent or None,
+                claim_data(taken, worker, before=before),
+            )
+        )
     return taken
 
 
@@ -311,13 +319,14 @@ def claim_data(claim: Claim, worker: str, *, before: str = NodeStatus.READY) -> 
     }
 
 
-def take_leaf(node: PlanNode, case: Case, worker: str) -> Claim | str:
+def take_leaf(node: PlanNode, case: Case, worker: str, *, audit: Audit) -> Claim | str:
     """Claim a locked `ready` (or due `retrying`) leaf of a running case: approvals, routing,
     then `running`.
 
     Returns the claim, or why the leaf may not run now (its state, waiting for a new approval
     or an escalation, is changed and audited in the caller's transaction). The caller audits
-    the claim itself: in an event of its own, or in the completion that handed it over.
+    the claim itself in its `audit` block: in an event of its own, or in the completion that
+    handed it over.
     """
     now = timezone.now()
     approvals = _approvals(node, case, now)
@@ -329,14 +338,20 @@ def take_leaf(node: PlanNode, case: Case, worker: str) -> Claim | str:
     objects = routing.escalate or routing.agent != node.agent
     # An approved escalation overrules the routing; it is only looked for when routing objects.
     if objects and not _overruled(node):
-        PlanNode.objects.filter(pk=node.pk).update(
-            status=NodeStatus.AWAITING_APPROVAL, routing=routing.as_data()
-        )
-        append_event(
-            "execution.leaf.routing_escalated",
-            chain=case_chain(case.pk),
-            data={"node": node.key, "routing": routing.as_data()},
-        )
+        with audited(chain=case_chain(case.pk)) as escalated:
+            move_node(
+                node,
+                to=NodeStatus.AWAITING_APPROVAL,
+                audit=escalated,
+                routing=routing.as_data(),
+            )
+            escalated.add(
+                NewEvent(
+                    "execution.leaf.routing_escalated",
+                    None,
+                    {"node": node.key, "routing": routing.as_data()},
+                )
+            )
         open_escalation_gate(
             node.version,
             node,
@@ -346,8 +361,10 @@ def take_leaf(node: PlanNode, case: Case, worker: str) -> Claim | str:
         return routing.rationale
     attempt = node.attempts + 1
     lease_until = now + timedelta(seconds=lease_s())
-    PlanNode.objects.filter(pk=node.pk).update(
-        status=NodeStatus.RUNNING,
+    move_node(
+        node,
+        to=NodeStatus.RUNNING,
+        audit=audit,
         attempts=attempt,
         lease_until=lease_until,
         started_at=now,
@@ -390,17 +407,20 @@ def _refuse_for_approval(node: PlanNode, case: Case, approvals: _Approvals) -> N
         after = NodeStatus.CANCELLED
     else:
         after = NodeStatus.PENDING if approvals.for_plan else NodeStatus.AWAITING_APPROVAL
-    append_event(
-        "execution.leaf.claim_refused",
-        chain=case_chain(case.pk),
-        data={
-            "node": node.key,
-            "why": why,
-            "before": {"status": node.status},
-            "after": {"status": after},
-        },
-    )
-    PlanNode.objects.filter(pk=node.pk).update(status=after, next_attempt_at=None)
+    with audited(chain=case_chain(case.pk)) as audit:
+        before = move_node(node, to=after, audit=audit, next_attempt_at=None)
+        audit.add(
+            NewEvent(
+                "execution.leaf.claim_refused",
+                None,
+                {
+                    "node": node.key,
+                    "why": why,
+                    "before": {"status": before},
+                    "after": {"status": after},
+                },
+            )
+        )
     if after != NodeStatus.CANCELLED and approvals.lapsed is not None:
         lapsed = Gate.objects.select_for_update(of=("self",)).select_related("version", "node")
         gate = lapsed.get(pk=approvals.lapsed.pk)

@@ -13,7 +13,8 @@ from django.db import connection, transaction
 from django.db.models import Exists
 from django.utils import timezone
 
-from audit.chain import append_event, case_chain
+from audit.chain import NewEvent, append_event, case_chain
+from audit.transitions import Audit, audited
 from execution import dispatch
 from execution.cases import end_case, fail_and_block, finish_if_done
 from execution.claiming import claim_data, mark_ready, release_ready, take_leaf
@@ -34,6 +35,7 @@ from execution.trust_actions import record_outcome
 from oversight.actions.gates import open_escalation_gate
 from oversight.models import OPEN_GATE_STATUSES, Gate
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
+from planning.transitions import move_node, move_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -160,58 +162,66 @@ def _complete(
         chain = case_chain(case.pk)
         cancelled = case.status not in RUNNING_CASE_STATUSES
         if cancelled and kind != "tool":
-            PlanNode.objects.filter(pk=node.pk).update(
-                status=NodeStatus.CANCELLED, finished_at=now, lease_until=None
-            )
-            end_attempt(node, attempt, LeafAttempt.Outcome.CANCELLED)
-            append_event(
-                "execution.leaf.cancelled",
-                actor=node.agent or None,
-                chain=chain,
-                data={"node": node.key, "attempt": attempt, "why": f"the case is {case.status}"},
-            )
+            with audited(chain=chain) as audit:
+                move_node(
+                    node, to=NodeStatus.CANCELLED, audit=audit, finished_at=now, lease_until=None
+                )
+                end_attempt(node, attempt, LeafAttempt.Outcome.CANCELLED)
+                audit.add(
+                    NewEvent(
+                        "execution.leaf.cancelled",
+                        node.agent or None,
+                        {"node": node.key, "attempt": attempt, "why": f"the case is {case.status}"},
+                    )
+                )
             finish_if_done(case)
             return Ended(node_id=node.pk, status=NodeStatus.CANCELLED)
-        PlanNode.objects.filter(pk=node.pk).update(
-            status=NodeStatus.SUCCEEDED,
-            output=dict(output),
-            finished_at=now,
-            lease_until=None,
-            error="",
-            error_class="",
-            finished_after_cancel=cancelled,
-        )
-        end_attempt(node, attempt, LeafAttempt.Outcome.SUCCEEDED)
-        stopped = bool(node.stopped)  # type: ignore[attr-defined]
-        ready = (
-            [] if cancelled else mark_ready(node.version, candidates=_dependents(node), case=case)
-        )
-        released = [n.key for n in ready]
-        claimed = (
-            _claim_next(node, case, ready[:keep], worker)
-            if keep and not cancelled and not stopped and case.status == CaseStatus.EXECUTING
-            else None
-        )
-        if not stopped:
-            for other in ready:
-                if claimed is None or other.pk != claimed.node_id:
-                    dispatch.enqueue_leaf(other.pk)
-        # The rows every completion of the case shares (the agent's trust, the chain head) are
-        # locked last, so completions run side by side until there.
-        record_outcome(node.agent, "succeeded", now=now)
-        data: dict[str, Any] = {
-            "node": node.key,
-            "attempt": attempt,
-            "output": dict(output),
-            "finished_after_cancel": cancelled,
-            "released": sorted(released),
-            "before": {"status": "running"},
-            "after": {"status": "succeeded"},
-        }
-        if claimed is not None:
-            # This worker runs it next: its claim is audited here, not in an event of its own.
-            data["claimed"] = claim_data(claimed, worker)
-        append_event("execution.leaf.succeeded", actor=node.agent or None, chain=chain, data=data)
+        # One event audits the leaf's success, the leaves it released and the one claimed next.
+        with audited(chain=chain) as audit:
+            move_node(
+                node,
+                to=NodeStatus.SUCCEEDED,
+                audit=audit,
+                output=dict(output),
+                finished_at=now,
+                lease_until=None,
+                error="",
+                error_class="",
+                finished_after_cancel=cancelled,
+            )
+            end_attempt(node, attempt, LeafAttempt.Outcome.SUCCEEDED)
+            stopped = bool(node.stopped)  # type: ignore[attr-defined]
+            ready = (
+                []
+                if cancelled
+                else mark_ready(node.version, candidates=_dependents(node), case=case, audit=audit)
+            )
+            released = [n.key for n in ready]
+            claimed = (
+                _claim_next(node, case, ready[:keep], worker, audit=audit)
+                if keep and not cancelled and not stopped and case.status == CaseStatus.EXECUTING
+                else None
+            )
+            if not stopped:
+                for other in ready:
+                    if claimed is None or other.pk != claimed.node_id:
+                        dispatch.enqueue_leaf(other.pk)
+            # The rows every completion of the case shares (the agent's trust, the chain head)
+            # are locked last, so completions run side by side until there.
+            record_outcome(node.agent, "succeeded", now=now)
+            data: dict[str, Any] = {
+                "node": node.key,
+                "attempt": attempt,
+                "output": dict(output),
+                "finished_after_cancel": cancelled,
+                "released": sorted(released),
+                "before": {"status": "running"},
+                "after": {"status": "succeeded"},
+            }
+            if claimed is not None:
+                # This worker runs it next: its claim is audited here, not in an event of its own.
+                data["claimed"] = claim_data(claimed, worker)
+            audit.add(NewEvent("execution.leaf.succeeded", node.agent or None, data))
         # The chain head is held from here to the commit: a completion that ends after this one
         # waits for it and sees it, so the last one to end sees nothing open and ends the case.
         # Its case row lock goes from SHARE to UPDATE then; no other completion of the version
@@ -227,7 +237,9 @@ def _complete(
         )
 
 
-def _claim_next(node: PlanNode, case: Case, kept: Sequence[PlanNode], worker: str) -> Claim | None:
+def _claim_next(
+    node: PlanNode, case: Case, kept: Sequence[PlanNode], worker: str, *, audit: Audit
+) -> Claim | None:
     """Claim, in a completing transaction, the leaf this worker runs next.
 
     The first leaf the completion released (locked already), or else another ready leaf of the
@@ -244,7 +256,7 @@ def _claim_next(node: PlanNode, case: Case, kept: Sequence[PlanNode], worker: st
     if nxt is None:
         return None
     nxt.version = node.version
-    taken = take_leaf(nxt, case, worker)
+    taken = take_leaf(nxt, case, worker, audit=audit)
     return taken if isinstance(taken, Claim) else None
 
 
@@ -298,23 +310,40 @@ def apply_failure(
         },
     )
     if case.status not in RUNNING_CASE_STATUSES:
-        PlanNode.objects.filter(pk=node.pk).update(
-            status=NodeStatus.CANCELLED, finished_at=now, lease_until=None, error=error,
-            error_class=error_class,
-        )  # fmt: skip
+        with audited(chain=chain) as audit:
+            before = move_node(
+                node, to=NodeStatus.CANCELLED, audit=audit, finished_at=now, lease_until=None,
+                error=error, error_class=error_class,
+            )  # fmt: skip
+            audit.add(
+                NewEvent(
+                    "execution.leaf.cancelled",
+                    None,
+                    {
+                        "node": node.key,
+                        "attempt": attempt,
+                        "why": f"the case is {case.status}",
+                        "before": {"status": before},
+                        "after": {"status": NodeStatus.CANCELLED},
+                    },
+                )
+            )
         return Ended(node_id=node.pk, status=NodeStatus.CANCELLED)
     if policy == "retry" and error_class == ErrorClass.TRANSIENT and attempt < max_attempts():
         delay = retry_delay_s(attempt)
         at = now + timedelta(seconds=delay)
-        PlanNode.objects.filter(pk=node.pk).update(
-            status=NodeStatus.RETRYING, next_attempt_at=at, lease_until=None, error=error,
-            error_class=error_class,
-        )  # fmt: skip
-        append_event(
-            "execution.leaf.retrying",
-            chain=chain,
-            data={"node": node.key, "attempt": attempt, "retry_in_s": round(delay, 3)},
-        )
+        with audited(chain=chain) as audit:
+            move_node(
+                node, to=NodeStatus.RETRYING, audit=audit, next_attempt_at=at, lease_until=None,
+                error=error, error_class=error_class,
+            )  # fmt: skip
+            audit.add(
+                NewEvent(
+                    "execution.leaf.retrying",
+                    None,
+                    {"node": node.key, "attempt": attempt, "retry_in_s": round(delay, 3)},
+                )
+            )
         transaction.on_commit(lambda: _send_retry(node.pk, delay), robust=True)
         return Ended(node_id=node.pk, status=NodeStatus.RETRYING)
     PlanNode.objects.filter(pk=node.pk).update(
@@ -330,7 +359,21 @@ def apply_failure(
     elif policy == "replan" and _replan(node, case, why):
         return Ended(node_id=node.pk, status=NodeStatus.FAILED)
     else:
-        PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.AWAITING_APPROVAL)
+        with audited(chain=chain) as audit:
+            before = move_node(node, to=NodeStatus.AWAITING_APPROVAL, audit=audit)
+            audit.add(
+                NewEvent(
+                    "execution.leaf.escalated",
+                    None,
+                    {
+                        "node": node.key,
+                        "attempt": attempt,
+                        "failure_policy": policy,
+                        "before": {"status": before},
+                        "after": {"status": NodeStatus.AWAITING_APPROVAL},
+                    },
+                )
+            )
         open_escalation_gate(
             node.version,
             node,
@@ -360,24 +403,24 @@ def stop_at_safe_point(claim: Claim, *, why: str, cancelled: bool) -> Ended:
             # Its result is not refused: it has none. The new holder carries on.
             return Ended(node_id=claim.node_id, status="stale")
         now = timezone.now()
-        if cancelled or case.status not in RUNNING_CASE_STATUSES:
-            status = NodeStatus.CANCELLED
-            PlanNode.objects.filter(pk=node.pk).update(
-                status=status, finished_at=now, lease_until=None
+        with audited(chain=case_chain(case.pk)) as audit:
+            if cancelled or case.status not in RUNNING_CASE_STATUSES:
+                status = NodeStatus.CANCELLED
+                move_node(node, to=status, audit=audit, finished_at=now, lease_until=None)
+                end_attempt(node, claim.attempt, LeafAttempt.Outcome.CANCELLED)
+            else:
+                # Stopped before any effect: the next claim (after resume) runs it with the
+                # same key.
+                status = NodeStatus.READY
+                move_node(node, to=status, audit=audit, lease_until=None, enqueued_at=now)
+                end_attempt(node, claim.attempt, LeafAttempt.Outcome.CANCELLED, error=why)
+            audit.add(
+                NewEvent(
+                    "execution.leaf.stopped",
+                    None,
+                    {"node": node.key, "attempt": claim.attempt, "why": why, "after": status},
+                )
             )
-            end_attempt(node, claim.attempt, LeafAttempt.Outcome.CANCELLED)
-        else:
-            # Stopped before any effect: the next claim (after resume) runs it with the same key.
-            status = NodeStatus.READY
-            PlanNode.objects.filter(pk=node.pk).update(
-                status=status, lease_until=None, enqueued_at=now
-            )
-            end_attempt(node, claim.attempt, LeafAttempt.Outcome.CANCELLED, error=why)
-        append_event(
-            "execution.leaf.stopped",
-            chain=case_chain(case.pk),
-            data={"node": node.key, "attempt": claim.attempt, "why": why, "after": status},
-        )
         finish_if_done(case)
         return Ended(node_id=node.pk, status=status)
 
@@ -389,9 +432,30 @@ def on_step_approved(gate: Gate, *, actor: User) -> None:
     """
     node = gate.node
     assert node is not None
-    PlanNode.objects.filter(pk=node.pk, status=NodeStatus.AWAITING_APPROVAL).update(
-        status=NodeStatus.PENDING, error="", error_class=""
-    )
+    with audited(chain=case_chain(gate.case_id)) as audit:
+        approved = move_nodes(
+            PlanNode.objects.filter(pk=node.pk),
+            to=NodeStatus.PENDING,
+            from_=(NodeStatus.AWAITING_APPROVAL,),
+            audit=audit,
+            error="",
+            error_class="",
+        )
+        audit.add(
+            *(
+                NewEvent(
+                    "execution.leaf.approved",
+                    actor,
+                    {
+                        "node": node.key,
+                        "gate": gate.pk,
+                        "before": {"status": leaf.before},
+                        "after": {"status": leaf.after},
+                    },
+                )
+                for leaf in approved
+            )
+        )
     release_ready(gate.version, candidates=[node.pk])
 
 

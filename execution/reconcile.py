@@ -10,7 +10,8 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from audit.chain import append_event, case_chain
+from audit.chain import NewEvent, case_chain
+from audit.transitions import audited
 from execution.cases import finish_if_done
 from execution.common import (
     LEAF,
@@ -31,6 +32,7 @@ from execution.models import LeafAttempt
 from oversight.actions.gates import open_escalation_gate
 from oversight.models import OPEN_GATE_STATUSES, Gate
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
+from planning.transitions import move_node
 
 logger = logging.getLogger(__name__)
 
@@ -83,26 +85,30 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
         # By case, so two reconcilers take the cases' chain heads in one order.
         due = list(
             PlanNode.objects.select_for_update(of=("self",), skip_locked=True)
+            .select_related("version")
+            .only("pk", "key", "status", "attempts", "version__case_id")
             .filter(status=NodeStatus.RETRYING, next_attempt_at__lte=now)
             .order_by("version__case_id", "pk")
-            .values_list("pk", "key", "attempts", "version__case_id")
         )
-        for pk, key, attempt, case_id in due:
-            PlanNode.objects.filter(pk=pk).update(status=NodeStatus.READY, next_attempt_at=None)
-            append_event(
-                "execution.leaf.retry_ready",
-                chain=case_chain(case_id),
-                data={
-                    "node": key,
-                    "attempt": attempt,
-                    "why": "its wait before the next attempt is over",
-                    "before": {"status": "retrying"},
-                    "after": {"status": "ready"},
-                },
-            )
-            retried.append(pk)
+        for node in due:
+            with audited(chain=case_chain(node.version.case_id)) as audit:
+                move_node(node, to=NodeStatus.READY, audit=audit, next_attempt_at=None)
+                audit.add(
+                    NewEvent(
+                        "execution.leaf.retry_ready",
+                        None,
+                        {
+                            "node": node.key,
+                            "attempt": node.attempts,
+                            "why": "its wait before the next attempt is over",
+                            "before": {"status": "retrying"},
+                            "after": {"status": "ready"},
+                        },
+                    )
+                )
+            retried.append(node.pk)
             if not stopped:
-                send_leaf(pk)
+                send_leaf(node.pk)
     if not stopped:
         stale_before = now - timedelta(seconds=redispatch_after_s())
         with transaction.atomic():
@@ -138,21 +144,28 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
             )
             attempt = node.attempts
             if case.status not in RUNNING_CASE_STATUSES:
-                PlanNode.objects.filter(pk=node.pk).update(
-                    status=NodeStatus.CANCELLED, lease_until=None, finished_at=now
-                )
-                end_attempt(node, attempt, LeafAttempt.Outcome.LOST)
-                append_event(
-                    "execution.leaf.cancelled",
-                    chain=chain,
-                    data={
-                        "node": node.key,
-                        "attempt": attempt,
-                        "why": f"its lease expired and the case is {case.status}",
-                        "before": {"status": "running"},
-                        "after": {"status": "cancelled"},
-                    },
-                )
+                with audited(chain=chain) as audit:
+                    move_node(
+                        node,
+                        to=NodeStatus.CANCELLED,
+                        audit=audit,
+                        lease_until=None,
+                        finished_at=now,
+                    )
+                    end_attempt(node, attempt, LeafAttempt.Outcome.LOST)
+                    audit.add(
+                        NewEvent(
+                            "execution.leaf.cancelled",
+                            None,
+                            {
+                                "node": node.key,
+                                "attempt": attempt,
+                                "why": f"its lease expired and the case is {case.status}",
+                                "before": {"status": "running"},
+                                "after": {"status": "cancelled"},
+                            },
+                        )
+                    )
                 continue
             if held >= hard_limit_s():
                 timed_out.append(node.pk)
@@ -167,17 +180,22 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
             end_attempt(node, attempt, LeafAttempt.Outcome.LOST, error="lease expired")
             if attempt >= max_deliveries():
                 dead.append(node.pk)
-                PlanNode.objects.filter(pk=node.pk).update(
-                    status=NodeStatus.AWAITING_APPROVAL,
-                    lease_until=None,
-                    error_class=ErrorClass.POISON,
-                    error=f"dead-lettered: its worker was lost {attempt} times in a row",
-                )
-                append_event(
-                    "execution.leaf.dead_lettered",
-                    chain=chain,
-                    data={"node": node.key, "attempts": attempt},
-                )
+                with audited(chain=chain) as audit:
+                    move_node(
+                        node,
+                        to=NodeStatus.AWAITING_APPROVAL,
+                        audit=audit,
+                        lease_until=None,
+                        error_class=ErrorClass.POISON,
+                        error=f"dead-lettered: its worker was lost {attempt} times in a row",
+                    )
+                    audit.add(
+                        NewEvent(
+                            "execution.leaf.dead_lettered",
+                            None,
+                            {"node": node.key, "attempts": attempt},
+                        )
+                    )
                 open_escalation_gate(
                     node.version,
                     node,
@@ -186,18 +204,21 @@ def reconcile_execution(now: datetime | None = None) -> Reconciled:
                 )
                 continue
             recovered.append(node.pk)
-            PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.READY, lease_until=None)
-            append_event(
-                "execution.leaf.recovered",
-                chain=chain,
-                data={
-                    "node": node.key,
-                    "attempt": attempt,
-                    "why": "its lease expired (worker lost or stopped)",
-                    "before": {"status": "running"},
-                    "after": {"status": "ready"},
-                },
-            )
+            with audited(chain=chain) as audit:
+                move_node(node, to=NodeStatus.READY, audit=audit, lease_until=None)
+                audit.add(
+                    NewEvent(
+                        "execution.leaf.recovered",
+                        None,
+                        {
+                            "node": node.key,
+                            "attempt": attempt,
+                            "why": "its lease expired (worker lost or stopped)",
+                            "before": {"status": "running"},
+                            "after": {"status": "ready"},
+                        },
+                    )
+                )
             if not stopped:
                 send_leaf(node.pk)
     finished = _finish_forgotten_cases()

@@ -37,7 +37,8 @@ from typing import Any
 
 from django.conf import settings
 
-from audit.chain import append_event, case_chain
+from audit.chain import NewEvent, append_event, case_chain
+from audit.transitions import audited
 from execution.cases import cancel_open_leaves, fail_and_block
 from oversight.actions.gates import open_gates, void_open_gates
 from oversight.actions.kept_steps import carry_results
@@ -56,6 +57,7 @@ from planning.core.tree import Compound, Goal, Leaf, Node, StrategyName
 from planning.core.validation import validate_plan
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion, Strategy
 from planning.promotion.methods import PROMOTED_PREFIX, MethodInvalid, library_for
+from planning.transitions import move_case
 from planning.versions import (
     KEPT_STATUSES,
     REPLAN,
@@ -410,13 +412,15 @@ def _store(
     }
     # Nothing new starts on the old version: the failed step fails, its open steps are cancelled.
     fail_and_block(node, why=why, actor=None)
-    # Named in the re-plan's event: each status change is audited (S8).
+    # Named in the re-plan's event too (S8): each also gets its own cancel event.
     cancelled = list(
         PlanNode.objects.filter(version=old, kind=PlanNode.Kind.LEAF)
         .filter(status__in=WAITING_LEAF_STATUSES)
         .values_list("key", flat=True)
     )
-    cancel_open_leaves(old.pk)
+    cancel_open_leaves(
+        old.pk, case_id=case.pk, why=f"the plan was re-planned after {node.key} failed"
+    )
     diff = diff_plans(old_plan, plan)
     edit = {
         "kind": REPLAN,
@@ -431,36 +435,40 @@ def _store(
         "from_version": old.number,
     }
     version = store_version(case, plan, edited_by=None, edit=edit)
-    before = case.status
-    case.status = CaseStatus.AWAITING_APPROVAL
-    case.current_version = version
-    case.save(update_fields=["status", "current_version", "updated_at"])
-    append_event(
-        "planning.plan.replanned",
-        chain=chain,
-        data={
-            "case": case.pk,
-            **edit,
-            "version": version.number,
-            "content_hash": version.content_hash,
-            "kept": sorted(kept),
-            "cancelled": sorted(cancelled),
-            "diff": diff.as_data(),
-        },
-    )
-    append_event(
-        "planning.case.awaiting_approval",
-        chain=chain,
-        data={
-            "case": case.pk,
-            "version": version.number,
-            "before": {"status": before},
-            "after": {"status": case.status},
-        },
-    )
-    void_open_gates(old, why=f"replaced by version {version.number} (re-plan)")
-    open_gates(version, carried=_approved_gates(old, plan))
-    carry_results(version, kept)
+    with audited(chain=chain) as audit:
+        before = move_case(
+            case, to=CaseStatus.AWAITING_APPROVAL, audit=audit, current_version=version
+        )
+        audit.add(
+            NewEvent(
+                "planning.plan.replanned",
+                None,
+                {
+                    "case": case.pk,
+                    **edit,
+                    "version": version.number,
+                    "content_hash": version.content_hash,
+                    "kept": sorted(kept),
+                    "cancelled": sorted(cancelled),
+                    "diff": diff.as_data(),
+                },
+            ),
+            NewEvent(
+                "planning.case.awaiting_approval",
+                None,
+                {
+                    "case": case.pk,
+                    "version": version.number,
+                    "before": {"status": before},
+                    "after": {"status": case.status},
+                },
+            ),
+            now=True,
+        )
+        void_open_gates(old, why=f"replaced by version {version.number} (re-plan)")
+        open_gates(version, carried=_approved_gates(old, plan))
+        # The re-plan's event names the kept steps.
+        carry_results(version, kept, audit=audit)
     return version
 
 
@@ -512,16 +520,19 @@ def before_start(version: PlanVersion) -> list[str]:
         if row.content_hash == done[row.key].content_hash:
             carried[row.key] = done[row.key]
     if carried:
-        carry_results(version, carried)
-        append_event(
-            "planning.plan.results_carried",
-            chain=case_chain(version.case_id),
-            data={
-                "version": version.number,
-                "from_version": previous.number,
-                "nodes": sorted(carried),
-            },
-        )
+        with audited(chain=case_chain(version.case_id)) as audit:
+            carry_results(version, carried, audit=audit)
+            audit.add(
+                NewEvent(
+                    "planning.plan.results_carried",
+                    None,
+                    {
+                        "version": version.number,
+                        "from_version": previous.number,
+                        "nodes": sorted(carried),
+                    },
+                )
+            )
     return sorted(carried)
 
 

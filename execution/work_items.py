@@ -13,7 +13,8 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from audit.chain import append_event, case_chain
+from audit.chain import NewEvent, append_event, case_chain
+from audit.transitions import audited
 from execution import notices
 from execution.common import (
     RUNNING_CASE_STATUSES,
@@ -28,6 +29,7 @@ from execution.ending import complete_leaf, record_stale
 from execution.models import WorkItem
 from execution.outputs import check_output
 from execution.queries import work_item_groups
+from execution.transitions import move_work_item, move_work_items
 from oversight.actions.gate_policy import active_policy, role_group
 from planning.models import Case, NodeStatus, PlanNode
 
@@ -121,17 +123,22 @@ def _complete_work_item(*, item_id: int, user: User, output: Mapping[str, Any]) 
         if item.case.submitter_id == user.pk:
             raise WorkItemConflict("you submitted this case: another person must do this step")
         checked = check_output(item.node, output)
-        item.status = WorkItem.Status.COMPLETED
-        item.completed_by = user
-        item.completed_at = timezone.now()
-        item.output = checked
-        item.save(update_fields=["status", "completed_by", "completed_at", "output"])
-        append_event(
-            "execution.work_item.completed",
-            actor=user,
-            chain=case_chain(item.case_id),
-            data={"work_item": item.pk, "node": item.node.key, "output": checked},
-        )
+        with audited(chain=case_chain(item.case_id)) as audit:
+            move_work_item(
+                item,
+                to=WorkItem.Status.COMPLETED,
+                audit=audit,
+                completed_by=user,
+                completed_at=timezone.now(),
+                output=checked,
+            )
+            audit.add(
+                NewEvent(
+                    "execution.work_item.completed",
+                    user,
+                    {"work_item": item.pk, "node": item.node.key, "output": checked},
+                )
+            )
         return complete_leaf(item.node_id, item.attempt, checked, kind="human")
 
 
@@ -141,23 +148,24 @@ def _refuse_stale(item_id: int, user: User, exc: StaleResult) -> None:
     complete_leaf recorded the refusal already, but inside the completing transaction, which
     the StaleResult rolled back: it is recorded again here, after that rollback.
     """
-    with transaction.atomic():
+    with transaction.atomic(), audited(chain=case_chain(exc.node.version.case_id)) as audit:
         # The item's row before the chain head, in the order of a completion.
-        cancelled = WorkItem.objects.filter(pk=item_id, status=WorkItem.Status.OPEN).update(
-            status=WorkItem.Status.CANCELLED
+        cancelled = move_work_items(
+            WorkItem.objects.filter(pk=item_id), to=WorkItem.Status.CANCELLED, audit=audit
         )
         record_stale(exc)
-        append_event(
-            "execution.work_item.refused",
-            actor=user,
-            chain=case_chain(exc.node.version.case_id),
-            data={
-                "work_item": item_id,
-                "node": exc.node.key,
-                "attempt": exc.attempt,
-                "why": f"the step no longer waits for this work item: {exc}",
-                "cancelled": bool(cancelled),
-            },
+        audit.add(
+            NewEvent(
+                "execution.work_item.refused",
+                user,
+                {
+                    "work_item": item_id,
+                    "node": exc.node.key,
+                    "attempt": exc.attempt,
+                    "why": f"the step no longer waits for this work item: {exc}",
+                    "cancelled": bool(cancelled),
+                },
+            )
         )
 
 

@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 
-from audit.chain import append_event, case_chain
+from audit.chain import NewEvent, case_chain
+from audit.transitions import audited
 from execution import runners
 from execution.claiming import claim_leaf, renew_lease
 from execution.common import (
@@ -41,7 +42,8 @@ from execution.ending import (
 )
 from execution.models import LeafAttempt
 from observability.runs import leaf_run
-from planning.models import NodeStatus, PlanNode
+from planning.models import NodeStatus
+from planning.transitions import move_node
 
 logger = logging.getLogger(__name__)
 
@@ -155,12 +157,15 @@ def _lost_database(claim: Claim, exc: BaseException) -> Ended:
                     node, case, claim.attempt, error_class=ErrorClass.TRANSIENT, error=why
                 )
             end_attempt(node, claim.attempt, LeafAttempt.Outcome.LOST, error=why)
-            PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.READY, lease_until=None)
-            append_event(
-                "execution.leaf.recovered",
-                chain=case_chain(case.pk),
-                data={"node": node.key, "attempt": claim.attempt, "why": why},
-            )
+            with audited(chain=case_chain(case.pk)) as audit:
+                move_node(node, to=NodeStatus.READY, audit=audit, lease_until=None)
+                audit.add(
+                    NewEvent(
+                        "execution.leaf.recovered",
+                        None,
+                        {"node": node.key, "attempt": claim.attempt, "why": why},
+                    )
+                )
             if not is_stopped():
                 send_leaf(node.pk)
             return Ended(node_id=node.pk, status=NodeStatus.READY)

@@ -19,7 +19,8 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from audit.chain import append_event, case_chain
+from audit.chain import NewEvent, append_event, case_chain
+from audit.transitions import audited
 from planning import dispatch, rules
 from planning.catalogue import (
     DatabaseDecompositionCache,
@@ -43,6 +44,7 @@ from planning.models import (
     Strategy,
 )
 from planning.planner import CallLog, PlanningUnavailable, build_request, llm_settings
+from planning.transitions import move_case
 from planning.versions import store_version, with_tool_risks
 
 logger = logging.getLogger(__name__)
@@ -368,15 +370,13 @@ def _finish_run(
 
 def _mark_plan_failed(case: Case, reason: str, **data: int) -> None:
     # Called under the case's row lock, inside the caller's transaction.
-    case.status = CaseStatus.PLAN_FAILED
-    case.error = reason
-    case.planning_lease_until = None
-    case.save(update_fields=["status", "error", "planning_lease_until", "updated_at"])
-    append_event(
-        "planning.plan.failed",
-        chain=case_chain(case.pk),
-        data={"case": case.pk, "reason": reason, **data},
-    )
+    with audited(chain=case_chain(case.pk)) as audit:
+        move_case(
+            case, to=CaseStatus.PLAN_FAILED, audit=audit, error=reason, planning_lease_until=None
+        )
+        audit.add(
+            NewEvent("planning.plan.failed", None, {"case": case.pk, "reason": reason, **data})
+        )
 
 
 @transaction.atomic
@@ -398,28 +398,32 @@ def _store_plan(
     if (skipped := _finish_run(case, records, cache)) is not None:
         return MaterialiseResult(Outcome.SKIPPED, reason=skipped)
     version = store_version(case, plan)
-    case.status = CaseStatus.AWAITING_APPROVAL
-    case.current_version = version
-    case.error = ""
-    case.planning_lease_until = None
-    case.save(
-        update_fields=["status", "current_version", "error", "planning_lease_until", "updated_at"]
-    )
-    append_event(
-        "planning.plan.materialised",
-        chain=case_chain(case.pk),
-        data={
-            "case": case.pk,
-            "version": version.number,
-            "content_hash": version.content_hash,
-            "strategy": case.strategy,
-            "leaves": version.leaf_count,
-            "llm_calls": version.llm_calls,
-            "warnings": version.warnings,
-            "critical_path": list(plan.critical_path()),
-            "width": version.width,
-        },
-    )
+    with audited(chain=case_chain(case.pk)) as audit:
+        move_case(
+            case,
+            to=CaseStatus.AWAITING_APPROVAL,
+            audit=audit,
+            current_version=version,
+            error="",
+            planning_lease_until=None,
+        )
+        audit.add(
+            NewEvent(
+                "planning.plan.materialised",
+                None,
+                {
+                    "case": case.pk,
+                    "version": version.number,
+                    "content_hash": version.content_hash,
+                    "strategy": case.strategy,
+                    "leaves": version.leaf_count,
+                    "llm_calls": version.llm_calls,
+                    "warnings": version.warnings,
+                    "critical_path": list(plan.critical_path()),
+                    "width": version.width,
+                },
+            )
+        )
     run_version_hooks(version)
     return MaterialiseResult(Outcome.MATERIALISED, version=version)
 

@@ -250,3 +250,227 @@ def test_a_project_import_inside_a_function_says_why() -> None:
             if not explained:
                 offenders.append(f"{path}:{node.lineno}")
     assert offenders == []
+
+
+# State machines ----------------------------------------------------------------------------------
+
+# The status fields that are state machines (STYLE.md "State machines"), by model. Each has one
+# table and its move functions in a transition module; only those modules assign the field.
+STATE_MACHINES = {"WorkItem", "Gate", "Case", "PlanNode"}
+TRANSITION_MODULES = {
+    "audit/transitions.py",
+    "execution/transitions.py",
+    "oversight/transitions.py",
+    "planning/transitions.py",
+}
+# What a receiver's type is told by, when it is not a model's name itself: the element of these.
+_ELEMENT_OF = {"list", "sorted", "reversed", "tuple", "set", "next", "iter", "cast"}
+
+
+def _annotation_names(node: ast.expr | None) -> set[str]:
+    """Return the class names an annotation names (`Gate | None`, `"Case"`, `list[WorkItem]`)."""
+    if node is None:
+        return set()
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        try:
+            return _annotation_names(ast.parse(node.value, mode="eval").body)
+        except SyntaxError:
+            return set()
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+    }
+
+
+class _Types:
+    """What the source tells of a name's type, read the simple ways (no inference engine).
+
+    A name is typed by its annotation as a parameter; by the root of what is assigned to it
+    (`Case.objects.get(...)` is a Case; `_load(...)` is what `_load` is annotated to return;
+    `list(Gate.objects...)` and `for gate in ...` are Gates); `self` by its class. A name the
+    source does not type this way has no types: its status writes count as writes to the four.
+    """
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.parents = {
+            child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)
+        }
+        self.returns = {
+            node.name: _annotation_names(node.returns)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        }
+
+    def _scopes(self, node: ast.AST) -> Iterator[ast.AST]:
+        while node in self.parents:
+            node = self.parents[node]
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Module):
+                yield node
+
+    def of(self, expr: ast.expr, seen: frozenset[str] = frozenset()) -> set[str]:
+        """Return the class names `expr` may be an instance (or a query) of; empty: unknown."""
+        while isinstance(expr, ast.Call | ast.Attribute | ast.Subscript):
+            if isinstance(expr, ast.Call):
+                if isinstance(expr.func, ast.Name) and expr.func.id in _ELEMENT_OF and expr.args:
+                    expr = expr.args[-1] if expr.func.id == "cast" else expr.args[0]
+                    continue
+                if isinstance(expr.func, ast.Name) and expr.func.id in self.returns:
+                    return self.returns[expr.func.id]
+                expr = expr.func
+            else:
+                expr = expr.value
+        if not isinstance(expr, ast.Name) or expr.id in seen:
+            return set()
+        name = expr.id
+        if name[:1].isupper():
+            return {name}
+        for scope in self._scopes(expr):
+            if name == "self" and isinstance(scope, ast.ClassDef):
+                return {scope.name}
+            if name == "self":
+                continue
+            if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+                arguments = scope.args
+                for parameter in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]:
+                    if parameter.arg == name:
+                        return _annotation_names(parameter.annotation)
+            found: set[str] = set()
+            for node in ast.walk(scope):
+                value: ast.expr | None = None
+                if isinstance(node, ast.Assign) and any(
+                    name in {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+                    for t in node.targets
+                ):
+                    value = node.value
+                elif isinstance(node, ast.AnnAssign | ast.NamedExpr) and (
+                    isinstance(node.target, ast.Name) and node.target.id == name
+                ):
+                    found |= _annotation_names(getattr(node, "annotation", None))
+                    value = node.value
+                elif isinstance(node, ast.For | ast.comprehension) and name in {
+                    n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)
+                }:
+                    value = node.iter
+                if value is not None:
+                    found |= self.of(value, seen | {name})
+            if found:
+                return found
+        return set()
+
+
+def _names_status(node: ast.expr) -> bool:
+    """Tell whether an expression is the field name "status" or a literal list or dict with it."""
+    if isinstance(node, ast.Constant):
+        return node.value == "status"
+    if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        return any(_names_status(e) for e in node.elts)
+    if isinstance(node, ast.Dict):
+        return any(k is not None and _names_status(k) for k in node.keys)
+    return False
+
+
+def status_writes(path: str, tree: ast.Module, models: set[str]) -> Iterator[str]:
+    """Yield each place that assigns the status field of one of `models` (or of a receiver the
+    source does not type): `x.status = …`, `setattr(x, "status", …)`, `.update(status=…)` (also
+    as a literal `**{"status": …}`), `.update_or_create(defaults={"status": …})`,
+    `.save(update_fields=[…"status"…])`, `bulk_update(…, ["status"])`.
+
+    Allowed, and so not yielded: filters (`filter(status=…)` reads), and creating a row in its
+    first status (`objects.create(status=…)`, a constructor, `bulk_create`,
+    `get_or_create(defaults=…)`): a new row does not move from a status, so there is no pair to
+    check, and the event that creates it (`oversight.gate.opened`, `planning.case.submitted`…)
+    audits it. Not seen: a mapping unpacked from a name (`update(**changes)`) and raw SQL; the
+    source has none that sets a status.
+    """
+    types = _Types(tree)
+    for node in ast.walk(tree):
+        found = _status_write(node)
+        if found is not None:
+            receiver, what = found
+            types_of = types.of(receiver)
+            if not types_of or types_of & models:
+                yield f"{path}:{node.lineno}: {what}"
+
+
+def _status_write(node: ast.AST) -> tuple[ast.expr, str] | None:
+    """Return the receiver of a status write at `node` and how it reads, or None."""
+    targets: list[ast.expr] = []
+    if isinstance(node, ast.Assign):
+        targets = [t for target in node.targets for t in ast.walk(target)]
+    elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+        targets = [node.target]
+    for target in targets:
+        if (
+            isinstance(target, ast.Attribute)
+            and target.attr == "status"
+            and isinstance(target.ctx, ast.Store)
+        ):
+            return target.value, f"{ast.unparse(target)} = …"
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    keywords = {k.arg: k.value for k in node.keywords}
+    if isinstance(func, ast.Name):
+        if func.id == "setattr" and len(node.args) >= 2 and _names_status(node.args[1]):
+            return node.args[0], "setattr(…, 'status', …)"
+        return None
+    if not isinstance(func, ast.Attribute):
+        return None
+    receiver = func.value
+    if func.attr == "update" and (
+        "status" in keywords or any(k.arg is None and _names_status(k.value) for k in node.keywords)
+    ):
+        return receiver, f"{ast.unparse(receiver)[:60]}.update(status=…)"
+    if func.attr == "save" and _names_status(keywords.get("update_fields", ast.List([]))):
+        return receiver, f"{ast.unparse(receiver)}.save(update_fields=[…'status'…])"
+    if func.attr == "update_or_create" and _names_status(keywords.get("defaults", ast.Dict())):
+        return receiver, "update_or_create(defaults={'status': …})"
+    fields = [*node.args[1:2], keywords.get("fields", ast.List([]))]
+    if func.attr == "bulk_update" and any(_names_status(arg) for arg in fields):
+        return receiver, "bulk_update(…, ['status'])"
+    return None
+
+
+def test_only_the_transition_modules_assign_a_state_machine_s_status() -> None:
+    """Each state machine's status moves only through its transition functions (STYLE.md),
+    which check the move against the field's table and audit it; other models' status fields
+    (promoted methods, policy versions, two-person requests) are not state machines here."""
+    offenders = [
+        write
+        for path, tree in _sources()
+        if path not in TRANSITION_MODULES
+        for write in status_writes(path, tree, STATE_MACHINES)
+    ]
+    assert offenders == [], "move these through their transition functions:\n" + "\n".join(
+        offenders
+    )
+
+
+def test_the_status_write_finder_finds_each_kind_of_write() -> None:
+    source = """
+from execution.models import WorkItem
+
+def close(item: WorkItem, items, method: PromotedMethod) -> None:
+    item.status = "cancelled"
+    item.save(update_fields=["status", "output"])
+    WorkItem.objects.filter(pk=1).update(status="cancelled")
+    WorkItem.objects.filter(pk=1).update(**{"status": "cancelled"})
+    setattr(item, "status", "open")
+    WorkItem.objects.bulk_update([item], ["status"])
+    items.update(status="open")
+    method.status = "retired"
+    WorkItem.objects.filter(status="open").update(output=None)
+    WorkItem.objects.create(status="open")
+    WorkItem.objects.update_or_create(pk=1, defaults={"status": "open"})
+    for other in WorkItem.objects.all():
+        other.status = "open"
+    row = _get()
+    row.status = "open"
+
+def _get() -> PromotedMethod: ...
+"""
+    found = [
+        line.split(": ", 1)[0] for line in status_writes("x.py", ast.parse(source), {"WorkItem"})
+    ]
+    # Lines 5-11 write a work item's status (11: a query of unknown type), so do 15 and 17 (in a
+    # loop); a promoted method's (12, 19), a filter (13) and a creation (14) are not writes.
+    assert found == [f"x.py:{n}" for n in (5, 6, 7, 8, 9, 10, 11, 15, 17)]

@@ -11,25 +11,30 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from audit.chain import append_event, case_chain
+from audit.chain import NewEvent, case_chain
+from audit.transitions import audited
 from oversight import notify
 from oversight.actions.gate_policy import active_policy
 from oversight.models import (
     Gate,
     GateStatus,
 )
+from oversight.transitions import move_gate
 
 logger = logging.getLogger(__name__)
 
 
-def _sweep_step(query: Q, update: dict[str, Any], action: str, now: datetime) -> list[Gate]:
+def _sweep_step(
+    query: Q, update: dict[str, Any], action: str, now: datetime, *, to: str | None = None
+) -> list[Gate]:
     """Apply one deadline step to each due gate once, even with two schedulers at once.
 
     Each gate is a transaction of its own: its event is appended first, so the sweep waits for
     the case's chain head holding no other lock, and only then is the gate's row taken, SKIP
     LOCKED and only if still due. It never waits for a row while holding one, so a decision, an
     edit or a failing step of the case (which take the gate and the head in either order) cannot
-    deadlock with it. A gate another sweeper did, or that is held, rolls its event back.
+    deadlock with it. A gate another sweeper did, or that is held, rolls its event back. `to`
+    is the status the step moves the gate to, if it moves it.
     """
     done = []
     due = list(
@@ -40,16 +45,19 @@ def _sweep_step(query: Q, update: dict[str, Any], action: str, now: datetime) ->
     for gate in due:
         for name, value in update.items():
             setattr(gate, name, value)
-        with transaction.atomic():
-            append_event(
-                action,
-                chain=case_chain(gate.case_id),
-                data={
-                    "gate": gate.pk,
-                    "kind": gate.kind,
-                    "deadline": gate.deadline.isoformat(),
-                    "time": now.isoformat(),
-                },
+        with transaction.atomic(), audited(chain=case_chain(gate.case_id)) as audit:
+            audit.add(
+                NewEvent(
+                    action,
+                    None,
+                    {
+                        "gate": gate.pk,
+                        "kind": gate.kind,
+                        "deadline": gate.deadline.isoformat(),
+                        "time": now.isoformat(),
+                    },
+                ),
+                now=True,
             )
             still_due = list(
                 Gate.objects.select_for_update(skip_locked=True, of=("self",))
@@ -59,7 +67,10 @@ def _sweep_step(query: Q, update: dict[str, Any], action: str, now: datetime) ->
             if not still_due:
                 transaction.set_rollback(True)
                 continue
-            Gate.objects.filter(pk=gate.pk).update(**update)
+            if to is None:
+                Gate.objects.filter(pk=gate.pk).update(**update)
+            else:
+                move_gate(gate, to=to, audit=audit, **update)
         done.append(gate)
     return done
 
@@ -94,8 +105,9 @@ def sweep_gates(now: datetime | None = None) -> dict[str, int]:
         notify.gate_escalated(gate)
     held = _sweep_step(
         pending & Q(escalated_at__isnull=False, deadline__lte=now),
-        {"status": GateStatus.EXPIRED, "held_at": now},
+        {"held_at": now},
         "oversight.gate.held",
         now,
+        to=GateStatus.EXPIRED,
     )
     return {"reminded": len(reminded), "escalated": len(escalated), "held": len(held)}

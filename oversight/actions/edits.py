@@ -20,7 +20,8 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from audit.chain import append_event, case_chain
+from audit.chain import NewEvent, append_event, case_chain
+from audit.transitions import audited
 from oversight.actions.gates import (
     CONFIGURE,
     DecisionDenied,
@@ -332,33 +333,37 @@ def _edit(
     case.current_version = version
     case.save(update_fields=["current_version", "updated_at"])
     after = None if changes.get("remove") else node_data(new_plan.node(node_key))
-    append_event(
-        "planning.plan.edited",
-        actor=user,
-        chain=case_chain(case.pk),
-        data={
-            "case": case.pk,
-            **edit,
-            "version": version.number,
-            "content_hash": version.content_hash,
-            "before": {
-                "version": old.number,
-                "content_hash": old.content_hash,
-                "node": node_data(old_plan.node(node_key)),
-            },
-            "after": {
-                "version": version.number,
-                "content_hash": version.content_hash,
-                "node": after,
-            },
-            "diff": diff.as_data(),
-            "kept": sorted(kept),
-        },
-    )
-    void_open_gates(old, why=f"replaced by version {version.number}", actor=user)
-    open_gates(version, carried=_carried(old, new_plan, user))
-    if kept:
-        carry_results(version, kept)
+    with audited(chain=case_chain(case.pk)) as audit:
+        # First: the event names the kept steps, whose moves come last.
+        audit.add(
+            NewEvent(
+                "planning.plan.edited",
+                user,
+                {
+                    "case": case.pk,
+                    **edit,
+                    "version": version.number,
+                    "content_hash": version.content_hash,
+                    "before": {
+                        "version": old.number,
+                        "content_hash": old.content_hash,
+                        "node": node_data(old_plan.node(node_key)),
+                    },
+                    "after": {
+                        "version": version.number,
+                        "content_hash": version.content_hash,
+                        "node": after,
+                    },
+                    "diff": diff.as_data(),
+                    "kept": sorted(kept),
+                },
+            ),
+            now=True,
+        )
+        void_open_gates(old, why=f"replaced by version {version.number}", actor=user)
+        open_gates(version, carried=_carried(old, new_plan, user))
+        if kept:
+            carry_results(version, kept, audit=audit)
     return EditResult(version=version, diff=diff)
 
 

@@ -22,7 +22,8 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from accounts.models import SigningState
-from audit.chain import SYSTEM_CHAIN, append_event, case_chain
+from audit.chain import SYSTEM_CHAIN, NewEvent, append_event, case_chain
+from audit.transitions import audited
 from oversight import notify
 from oversight.actions.gate_policy import active_policy, leaf_facts, role_group
 from oversight.models import (
@@ -35,6 +36,7 @@ from oversight.models import (
     ReasonCode,
 )
 from oversight.policy import Classification, PolicySettings, classify
+from oversight.transitions import move_gate
 from planning.models import (
     Case,
     CaseStatus,
@@ -42,6 +44,7 @@ from planning.models import (
     PlanNode,
     PlanVersion,
 )
+from planning.transitions import block_nodes, move_case, move_node, move_nodes
 from planning.versions import descends_from_replan
 
 logger = logging.getLogger(__name__)
@@ -175,15 +178,24 @@ def open_gates(version: PlanVersion, *, carried: dict[str, Gate] | None = None) 
     pending_keys = [
         g.node.key for g in gates if g.node is not None and g.status == GateStatus.PENDING
     ]
-    PlanNode.objects.filter(version=version, key__in=pending_keys).update(
-        status=NodeStatus.AWAITING_APPROVAL
-    )
-    chain = case_chain(case.pk)
-    for gate in gates:
-        append_event(
-            "oversight.gate.opened" if gate.carried_from is None else "oversight.gate.carried",
-            chain=chain,
-            data=_gate_data(gate) | {"carried_from": gate.carried_from_id},
+    with audited(chain=case_chain(case.pk)) as audit:
+        # A gated step waits for its gate: the gate's opening event names the step.
+        move_nodes(
+            PlanNode.objects.filter(version=version, key__in=pending_keys),
+            to=NodeStatus.AWAITING_APPROVAL,
+            audit=audit,
+        )
+        audit.add(
+            *(
+                NewEvent(
+                    "oversight.gate.opened"
+                    if gate.carried_from is None
+                    else "oversight.gate.carried",
+                    None,
+                    _gate_data(gate) | {"carried_from": gate.carried_from_id},
+                )
+                for gate in gates
+            )
         )
     notify.gates_opened(case, [g for g in gates if g.status == GateStatus.PENDING])
     return gates
@@ -216,21 +228,21 @@ def void_open_gates(version: PlanVersion, *, why: str, actor: User | None = None
         .select_related("version", "node", "approver_group", "policy_version")
         .filter(version=version, status__in=OPEN_GATE_STATUSES)
     )
-    for gate in gates:
-        before = gate.status
-        gate.status = GateStatus.VOID
-        gate.save(update_fields=["status"])
-        append_event(
-            "oversight.gate.voided",
-            actor=actor,
-            chain=case_chain(gate.case_id),
-            data={
-                "gate": gate.pk,
-                "why": why,
-                "before": {"status": before},
-                "after": {"status": GateStatus.VOID},
-            },
-        )
+    with audited(chain=case_chain(version.case_id)) as audit:
+        for gate in gates:
+            before = move_gate(gate, to=GateStatus.VOID, audit=audit)
+            audit.add(
+                NewEvent(
+                    "oversight.gate.voided",
+                    actor,
+                    {
+                        "gate": gate.pk,
+                        "why": why,
+                        "before": {"status": before},
+                        "after": {"status": GateStatus.VOID},
+                    },
+                )
+            )
     return len(gates)
 
 
@@ -489,36 +501,46 @@ def _decide(
         signature_hash=gate.content_hash if signed else "",
     )
     before = {"status": gate.status, "approvals": gate.approvals}
-    if approve:
-        gate.approvals += 1
-        if gate.approvals >= gate.quorum:
-            gate.status = GateStatus.APPROVED
-            gate.decided_at = now
-            gate.approval_expires_at = now + timedelta(hours=_policy_of(gate).approval_valid_hours)
-    else:
-        gate.status = GateStatus.REJECTED
-        gate.decided_at = now
-    gate.save(update_fields=["approvals", "status", "decided_at", "approval_expires_at"])
-    chain = case_chain(case.pk)
-    append_event(
-        "oversight.gate.decided",
-        actor=user,
-        chain=chain,
-        data={
-            "gate": gate.pk,
-            "kind": gate.kind,
-            "node": gate.node.key if gate.node else None,
-            "decision": record.decision,
-            "reason_code": record.reason_code,
-            "reason": record.reason,
-            "version": record.version_number,
-            "content_hash": record.content_hash,
-            "full_name": record.full_name,
-            "signature": {"meaning": meaning, "hash": record.signature_hash} if signed else None,
-            "before": before,
-            "after": {"status": gate.status, "approvals": gate.approvals},
-        },
-    )
+    approvals = gate.approvals + 1 if approve else gate.approvals
+    decided: dict[str, Any] = {}
+    if not approve:
+        decided = {"status": GateStatus.REJECTED, "decided_at": now}
+    elif approvals >= gate.quorum:
+        valid = timedelta(hours=_policy_of(gate).approval_valid_hours)
+        decided = {
+            "status": GateStatus.APPROVED,
+            "decided_at": now,
+            "approval_expires_at": now + valid,
+        }
+    with audited(chain=case_chain(case.pk)) as audit:
+        if decided:
+            move_gate(gate, to=decided.pop("status"), audit=audit, approvals=approvals, **decided)
+        else:
+            # An approval short of the quorum: counted, the gate stays open.
+            Gate.objects.filter(pk=gate.pk).update(approvals=approvals)
+            gate.approvals = approvals
+        audit.add(
+            NewEvent(
+                "oversight.gate.decided",
+                user,
+                {
+                    "gate": gate.pk,
+                    "kind": gate.kind,
+                    "node": gate.node.key if gate.node else None,
+                    "decision": record.decision,
+                    "reason_code": record.reason_code,
+                    "reason": record.reason,
+                    "version": record.version_number,
+                    "content_hash": record.content_hash,
+                    "full_name": record.full_name,
+                    "signature": {"meaning": meaning, "hash": record.signature_hash}
+                    if signed
+                    else None,
+                    "before": before,
+                    "after": {"status": gate.status, "approvals": gate.approvals},
+                },
+            )
+        )
     if gate.status == GateStatus.APPROVED:
         _on_approved(gate, user)
     elif gate.status == GateStatus.REJECTED:
@@ -554,15 +576,20 @@ _DECIDED: Mapping[str, str] = {
 
 
 def _set_case_status(case: Case, status: str, user: User | None, **data: Any) -> None:
-    before = case.status
-    case.status = status
-    case.save(update_fields=["status", "updated_at"])
-    append_event(
-        _DECIDED[status],
-        actor=user,
-        chain=case_chain(case.pk),
-        data={"case": case.pk, "before": {"status": before}, "after": {"status": status}, **data},
-    )
+    with audited(chain=case_chain(case.pk)) as audit:
+        before = move_case(case, to=status, audit=audit)
+        audit.add(
+            NewEvent(
+                _DECIDED[status],
+                user,
+                {
+                    "case": case.pk,
+                    "before": {"status": before},
+                    "after": {"status": status},
+                    **data,
+                },
+            )
+        )
 
 
 def _on_approved(gate: Gate, user: User) -> None:
@@ -611,19 +638,38 @@ def _on_rejected(gate: Gate, user: User, record: GateDecision) -> None:
     policy = node.failure_policy or "abort"
     if policy == "continue":
         # The step is skipped; the steps that need its output cannot run.
-        PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.SKIPPED)
         blocked = _dependents(gate.version, node.key)
-        PlanNode.objects.filter(version=gate.version, key__in=blocked).update(
-            status=NodeStatus.BLOCKED
-        )
-        append_event(
-            "planning.node.skipped",
-            actor=user,
-            chain=case_chain(case.pk),
-            data={"node": node.key, "why": why, "blocked": blocked, "failure_policy": policy},
-        )
+        with audited(chain=case_chain(case.pk)) as audit:
+            move_node(node, to=NodeStatus.SKIPPED, audit=audit)
+            audit.add(
+                NewEvent(
+                    "planning.node.skipped",
+                    user,
+                    {"node": node.key, "why": why, "blocked": blocked, "failure_policy": policy},
+                )
+            )
+            block_nodes(
+                PlanNode.objects.filter(version=gate.version, key__in=blocked),
+                audit=audit,
+                why=f"it needs {node.key}, which was skipped",
+                actor=user,
+            )
     elif policy == "abort":
-        PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.FAILED)
+        with audited(chain=case_chain(case.pk)) as audit:
+            before = move_node(node, to=NodeStatus.FAILED, audit=audit)
+            audit.add(
+                NewEvent(
+                    "planning.node.failed",
+                    user,
+                    {
+                        "node": node.key,
+                        "why": why,
+                        "failure_policy": policy,
+                        "before": {"status": before},
+                        "after": {"status": NodeStatus.FAILED},
+                    },
+                )
+            )
         void_open_gates(gate.version, why=f"step {node.key} was rejected", actor=user)
         _set_case_status(
             case,
@@ -638,7 +684,7 @@ def _on_rejected(gate: Gate, user: User, record: GateDecision) -> None:
         # escalate, and retry/replan (a rejection is not transient; re-planning a rejected step
         # is decided by a supervisor): an escalation gate for the supervisor group. Approving it
         # authorises the step in the rejected gate's place: a signature where that one needed it.
-        PlanNode.objects.filter(pk=node.pk).update(status=NodeStatus.AWAITING_APPROVAL)
+        # The step waited for its step gate (`awaiting_approval`): it goes on waiting, for this.
         open_escalation_gate(
             gate.version,
             node,
@@ -658,39 +704,40 @@ def reopen_gate(gate: Gate, *, why: str) -> Gate:
     """
     now = timezone.now()
     policy = _policy_of(gate)
-    Gate.objects.filter(pk=gate.pk).update(status=GateStatus.VOID)
-    fresh = Gate.objects.create(
-        case_id=gate.case_id,
-        version=gate.version,
-        node=gate.node,
-        kind=gate.kind,
-        reason=f"{gate.reason}; re-approval needed: {why}",
-        reasons=gate.reasons,
-        risk=gate.risk,
-        approver_group=gate.approver_group,
-        escalation_group=gate.escalation_group,
-        quorum=gate.quorum,
-        needs_signature=gate.needs_signature,
-        content_hash=gate.node.content_hash if gate.node else gate.version.content_hash,
-        policy_version=gate.policy_version,
-        opened_at=now,
-        remind_at=now + timedelta(hours=policy.gate_hours) / 2,
-        deadline=now + timedelta(hours=policy.gate_hours),
-    )
-    chain = case_chain(gate.case_id)
-    append_event(
-        "oversight.gate.expired",
-        chain=chain,
-        data={
-            "gate": gate.pk,
-            "why": why,
-            "before": {"status": gate.status},
-            "after": {"status": GateStatus.VOID},
-        },
-    )
-    append_event(
-        "oversight.gate.opened", chain=chain, data=_gate_data(fresh) | {"replaces": gate.pk}
-    )
+    with audited(chain=case_chain(gate.case_id)) as audit:
+        # The old gate is void before its successor opens (one live gate per version or step).
+        before = move_gate(gate, to=GateStatus.VOID, audit=audit)
+        fresh = Gate.objects.create(
+            case_id=gate.case_id,
+            version=gate.version,
+            node=gate.node,
+            kind=gate.kind,
+            reason=f"{gate.reason}; re-approval needed: {why}",
+            reasons=gate.reasons,
+            risk=gate.risk,
+            approver_group=gate.approver_group,
+            escalation_group=gate.escalation_group,
+            quorum=gate.quorum,
+            needs_signature=gate.needs_signature,
+            content_hash=gate.node.content_hash if gate.node else gate.version.content_hash,
+            policy_version=gate.policy_version,
+            opened_at=now,
+            remind_at=now + timedelta(hours=policy.gate_hours) / 2,
+            deadline=now + timedelta(hours=policy.gate_hours),
+        )
+        audit.add(
+            NewEvent(
+                "oversight.gate.expired",
+                None,
+                {
+                    "gate": gate.pk,
+                    "why": why,
+                    "before": {"status": before},
+                    "after": {"status": GateStatus.VOID},
+                },
+            ),
+            NewEvent("oversight.gate.opened", None, _gate_data(fresh) | {"replaces": gate.pk}),
+        )
     notify.gates_opened(fresh.case, [fresh])
     return fresh
 

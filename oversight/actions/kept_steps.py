@@ -10,43 +10,50 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from audit.chain import append_event, case_chain
+from audit.chain import NewEvent, case_chain
+from audit.transitions import Audit, audited
 from oversight.models import Gate, GateKind, GateStatus
+from oversight.transitions import move_gate
 from planning.models import NodeStatus, PlanNode, PlanVersion
+from planning.transitions import block_nodes, move_node
 from planning.versions import CARRIED_FIELDS
 
 LEAF = PlanNode.Kind.LEAF
 
 
-def carry_results(version: PlanVersion, kept: Mapping[str, PlanNode]) -> None:
+def carry_results(version: PlanVersion, kept: Mapping[str, PlanNode], *, audit: Audit) -> None:
     """Give the new version's unchanged ended steps their old status and output.
 
-    `kept` maps keys to the earlier version's rows. Call after the version's gates are open, in
-    the transaction that stored it.
+    `kept` maps keys to the earlier version's rows. `audit` is the block of the caller's event,
+    which names the kept steps: it covers their moves. Call after the version's gates are open,
+    in the transaction that stored it.
     """
     rows = {
         row.key: row
         for row in PlanNode.objects.filter(version=version, kind=LEAF, key__in=list(kept))
     }
     for key, old in kept.items():
-        PlanNode.objects.filter(pk=rows[key].pk).update(
-            **{name: getattr(old, name) for name in CARRIED_FIELDS}
-        )
+        carried = {name: getattr(old, name) for name in CARRIED_FIELDS if name != "status"}
+        move_node(rows[key], to=old.status, audit=audit, **carried)
     # A step that ended needs no gate any more (a policy change may have gated it meanwhile).
-    for gate in Gate.objects.filter(
+    gates = Gate.objects.filter(
         version=version, kind=GateKind.STEP, status=GateStatus.PENDING, node__key__in=list(kept)
-    ):
-        Gate.objects.filter(pk=gate.pk).update(status=GateStatus.VOID)
-        append_event(
-            "oversight.gate.voided",
-            chain=case_chain(version.case_id),
-            data={
-                "gate": gate.pk,
-                "why": "the step ended in an earlier version",
-                "before": {"status": GateStatus.PENDING},
-                "after": {"status": GateStatus.VOID},
-            },
-        )
+    )
+    with audited(chain=case_chain(version.case_id)) as audit:
+        for gate in gates:
+            before = move_gate(gate, to=GateStatus.VOID, audit=audit)
+            audit.add(
+                NewEvent(
+                    "oversight.gate.voided",
+                    None,
+                    {
+                        "gate": gate.pk,
+                        "why": "the step ended in an earlier version",
+                        "before": {"status": before},
+                        "after": {"status": GateStatus.VOID},
+                    },
+                )
+            )
     _block_after(version, [k for k, row in kept.items() if row.status != NodeStatus.SUCCEEDED])
 
 
@@ -61,9 +68,13 @@ def _block_after(version: PlanVersion, ended: Iterable[str]) -> None:
         frontier = {k for k, deps in depends.items() if set(deps) & frontier} - blocked
         blocked |= frontier
     if blocked:
-        PlanNode.objects.filter(
-            version=version, key__in=blocked, status__in=(NodeStatus.PENDING,)
-        ).update(status=NodeStatus.BLOCKED)
+        with audited(chain=case_chain(version.case_id)) as audit:
+            block_nodes(
+                PlanNode.objects.filter(version=version, key__in=blocked),
+                from_=(NodeStatus.PENDING,),
+                audit=audit,
+                why="a step it needs ended without success in an earlier version",
+            )
 
 
 __all__ = ["carry_results"]

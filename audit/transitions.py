@@ -1,0 +1,283 @@
+"""Status fields as state machines: a table of the allowed moves, and moves that are audited.
+
+The four status fields that carry a case's life — `Case.status` and `PlanNode.status`
+(`planning/transitions.py`), `Gate.status` (`oversight/transitions.py`) and `WorkItem.status`
+(`execution/transitions.py`) — each have one `Transitions` table in the app that owns the model,
+and move functions built on `move_row` and `move_rows` here. Nothing else assigns those fields
+(`tests/test_architecture.py` reads the source for it).
+
+A move checks its `from → to` pair against the table and changes the row only if it still has
+the status it was read with (the row's lock: a single move compares and sets in one UPDATE; a
+bulk move locks the rows it changes). It belongs to an `audited` block: the block's events are
+appended in the move's transaction, at the block's end or at once (`Audit.add(..., now=True)`),
+and a block that moved a row but appended no event raises instead of committing — every status
+change has its event, in the same transaction (RELIABILITY S8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.db.models import QuerySet
+
+from audit.chain import NewEvent, append_events
+
+__all__ = [
+    "Audit",
+    "IllegalTransition",
+    "Moved",
+    "StaleTransition",
+    "Transitions",
+    "UnauditedMove",
+    "audited",
+    "move_row",
+    "move_rows",
+]
+
+
+class IllegalTransition(Exception):
+    """A move the field's table does not allow (a programming error: 500, not an answer)."""
+
+    def __init__(self, field: str, before: str, after: str, *, row: str = "") -> None:
+        self.field, self.before, self.after, self.row = field, before, after, row
+        where = f" ({row})" if row else ""
+        super().__init__(f"{field}: {before} → {after} is not an allowed transition{where}")
+
+
+class StaleTransition(IllegalTransition):
+    """The row's status changed after the caller read it: it moved a row it had not locked."""
+
+    def __init__(self, field: str, before: str, after: str, *, row: str, actual: str | None):
+        super().__init__(field, before, after, row=row)
+        self.actual = actual
+        self.args = (
+            f"{field}: {before} → {after} of {row}, but the row is {actual} now: "
+            "read it under its lock before moving it",
+        )
+
+
+class UnauditedMove(Exception):
+    """An `audited` block moved a status but appended no audit event."""
+
+
+@dataclass(frozen=True, slots=True)
+class Transitions:
+    """The allowed moves of one status field: each status → the statuses it may move to.
+
+    A status with no moves is an end. A status never moves to itself (that is no change).
+    """
+
+    field: str
+    moves: Mapping[str, frozenset[str]]
+
+    @classmethod
+    def of(cls, field: str, moves: Mapping[str, Iterable[str]]) -> Transitions:
+        """Build a table; raise ValueError for a move to a status the table does not list."""
+        table = {
+            str(before): frozenset(str(after) for after in afters)
+            for before, afters in moves.items()
+        }
+        for before, afters in table.items():
+            unknown = sorted(afters - table.keys())
+            if unknown:
+                raise ValueError(f"{field}: {before} moves to unknown statuses {unknown}")
+            if before in afters:
+                raise ValueError(f"{field}: {before} may not move to itself")
+        return cls(field, table)
+
+    @property
+    def statuses(self) -> tuple[str, ...]:
+        return tuple(self.moves)
+
+    @property
+    def ends(self) -> tuple[str, ...]:
+        """Return the statuses nothing moves on from."""
+        return tuple(status for status, afters in self.moves.items() if not afters)
+
+    @property
+    def pairs(self) -> tuple[tuple[str, str], ...]:
+        """Return every allowed (from, to) pair, in the table's order."""
+        return tuple(
+            (before, after)
+            for before, afters in self.moves.items()
+            for after in sorted(afters, key=list(self.moves).index)
+        )
+
+    def allows(self, before: str, after: str) -> bool:
+        return str(after) in self.moves.get(str(before), frozenset())
+
+    def check(self, before: str, after: str, *, row: str = "") -> None:
+        """Raise IllegalTransition unless the table allows `before → after`."""
+        if not self.allows(before, after):
+            raise IllegalTransition(self.field, str(before), str(after), row=row)
+
+    def sources(self, after: str) -> frozenset[str]:
+        """Return the statuses that may move to `after`."""
+        return frozenset(before for before, afters in self.moves.items() if str(after) in afters)
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """One row a move changed: its id, its status before and after, and the values it read."""
+
+    pk: int
+    before: str
+    after: str
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Audit:
+    """The audit events of one `audited` block and the status moves they cover."""
+
+    __slots__ = ("_appended", "_open", "_pending", "chain", "moved")
+
+    def __init__(self, chain: str) -> None:
+        self.chain = chain
+        self.moved: list[Moved] = []
+        self._pending: list[NewEvent] = []
+        self._appended = 0
+        self._open = True
+
+    def add(self, *events: NewEvent, now: bool = False) -> None:
+        """Append `events` to the block's chain when the block ends, in the order added.
+
+        `now` appends them (and any added before) at once: before the block takes a row (the
+        deadline sweeps' lock order) or so that they precede the events of a block nested in it.
+        """
+        self._require_open()
+        self._pending.extend(events)
+        if now:
+            self._flush()
+
+    def cover(self, moved: Iterable[Moved]) -> None:
+        """Record moves the block's events cover (the move functions call it)."""
+        self._require_open()
+        self.moved.extend(moved)
+
+    def _require_open(self) -> None:
+        if not self._open:
+            raise RuntimeError("the audited block of this move has ended")
+
+    def _flush(self) -> None:
+        if self._pending:
+            append_events(self._pending, chain=self.chain)
+            self._appended += len(self._pending)
+            self._pending = []
+
+    def _close(self) -> None:
+        self._open = False
+        if self.moved and not (self._pending or self._appended):
+            changed = ", ".join(f"{m.pk}: {m.before} → {m.after}" for m in self.moved[:5])
+            raise UnauditedMove(f"status moved without an audit event ({changed})")
+        self._flush()
+
+
+@contextmanager
+def audited(*, chain: str) -> Iterator[Audit]:
+    """Open a block whose status moves are covered by the events added to it, all in one
+    transaction (the caller's, or one of its own).
+
+    The events are appended to `chain` when the block ends (or when added `now`). Raises
+    UnauditedMove, rolling the caller's transaction back, for a block that moved a status but
+    added no event; an exception inside the block appends nothing.
+    """
+    with transaction.atomic(savepoint=False):
+        audit = Audit(chain)
+        try:
+            yield audit
+        except BaseException:
+            audit._open = False
+            raise
+        audit._close()
+
+
+def move_row(
+    table: Transitions, row: Any, *, to: str, audit: Audit, label: str = "", **fields: Any
+) -> str:
+    """Move one row from the status it was read with to `to`, with the fields that go with it;
+    set them on `row` too and return the status it had.
+
+    The UPDATE compares and sets: it changes the row only if its status is still the one read.
+    Raises IllegalTransition for a pair the table does not allow, and StaleTransition when the
+    row's status changed since it was read (the caller had not locked it).
+    """
+    before = str(row.status)
+    label = label or f"{type(row).__name__} {row.pk}"
+    table.check(before, to, row=label)
+    audit.cover([Moved(row.pk, before, str(to))])
+    model = type(row)
+    changed = model._default_manager.filter(pk=row.pk, status=before).update(status=to, **fields)
+    if changed != 1:
+        actual = model._default_manager.filter(pk=row.pk).values_list("status", flat=True).first()
+        raise StaleTransition(table.field, before, str(to), row=label, actual=actual)
+    row.status = to
+    for name, value in fields.items():
+        setattr(row, name, value)
+    return before
+
+
+def move_rows(
+    table: Transitions,
+    rows: QuerySet[Any] | Sequence[Any],
+    *,
+    to: str,
+    audit: Audit,
+    from_: Iterable[str] | None = None,
+    read: Sequence[str] = (),
+    **fields: Any,
+) -> list[Moved]:
+    """Move, set-based, the rows that have one of the `from_` statuses (by default every status
+    the table lets move to `to`) to `to`, with the fields that go with it; return those moved.
+
+    `rows` is a query (its matching rows are locked in id order, then changed in one UPDATE;
+    `read` names values to return with each, such as the key its events name) or rows the
+    caller locked already (changed in one UPDATE, their attributes set). Raises
+    IllegalTransition for a `from_` status the table does not let move to `to`, and
+    StaleTransition when a row changed under the caller.
+    """
+    sources = table.sources(to) if from_ is None else frozenset(str(s) for s in from_)
+    for before in sorted(sources):
+        table.check(before, to)
+    audit._require_open()
+    if isinstance(rows, QuerySet):
+        model = rows.model
+        found = [
+            Moved(pk, str(status), str(to), dict(zip(read, values, strict=True)))
+            for pk, status, *values in rows.filter(status__in=sources)
+            .select_for_update(of=("self",))
+            .order_by("pk")
+            .values_list("pk", "status", *read)
+        ]
+        instances: Sequence[Any] = ()
+    else:
+        instances = [row for row in rows if str(row.status) in sources]
+        if not instances:
+            return []
+        model = type(instances[0])
+        found = [
+            Moved(row.pk, str(row.status), str(to), {name: getattr(row, name) for name in read})
+            for row in instances
+        ]
+    if not found:
+        return []
+    audit.cover(found)
+    changed = model._default_manager.filter(
+        pk__in=[m.pk for m in found], status__in=sources
+    ).update(status=to, **fields)
+    if changed != len(found):
+        raise StaleTransition(
+            table.field,
+            "/".join(sorted(sources)),
+            str(to),
+            row=f"{len(found)} {model.__name__} rows, {changed} changed",
+            actual=None,
+        )
+    for row in instances:
+        row.status = to
+        for name, value in fields.items():
+            setattr(row, name, value)
+    return found
