@@ -29,7 +29,8 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from audit.chain import append_event, case_chain
+from audit.chain import NewEvent, append_event, case_chain
+from audit.transitions import audited
 from execution.cases import cancel_open_leaves, end_case, finish_if_done
 from execution.claiming import release_ready
 from execution.common import LEAF, OPEN_LEAF_STATUSES, REDISPATCH_BATCH, is_stopped, send_leaf
@@ -37,6 +38,7 @@ from execution.models import WorkItem
 from oversight.actions.gates import open_escalation_gate
 from oversight.models import OPEN_GATE_STATUSES, Gate, GateKind, GateStatus
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
+from planning.transitions import move_node
 
 logger = logging.getLogger(__name__)
 
@@ -176,20 +178,21 @@ def _repair(case: Case, why: str, now: datetime) -> str:
         _stuck_event(case, why, "recovered: running steps that nothing holds")
         stopped = is_stopped()
         for node in orphans:
-            PlanNode.objects.filter(pk=node.pk).update(
-                status=NodeStatus.READY, lease_until=None, enqueued_at=now
-            )
-            append_event(
-                "execution.leaf.recovered",
-                chain=case_chain(case.pk),
-                data={
-                    "node": node.key,
-                    "attempt": node.attempts,
-                    "why": "it was running with no lease and no open work item",
-                    "before": {"status": "running"},
-                    "after": {"status": "ready"},
-                },
-            )
+            with audited(chain=case_chain(case.pk)) as audit:
+                move_node(node, to=NodeStatus.READY, audit=audit, lease_until=None, enqueued_at=now)
+                audit.add(
+                    NewEvent(
+                        "execution.leaf.recovered",
+                        None,
+                        {
+                            "node": node.key,
+                            "attempt": node.attempts,
+                            "why": "it was running with no lease and no open work item",
+                            "before": {"status": "running"},
+                            "after": {"status": "ready"},
+                        },
+                    )
+                )
             if not stopped:
                 send_leaf(node.pk)
         return "recovered"
@@ -221,7 +224,9 @@ def _repair(case: Case, why: str, now: datetime) -> str:
             before={"status": NodeStatus.PENDING},
             after={"status": NodeStatus.CANCELLED},
         )
-        cancel_open_leaves(version.pk)
+        cancel_open_leaves(
+            version.pk, case_id=case.pk, why="the case's escalation was approved: no way forward"
+        )
         finish_if_done(case)
         return "ended"
     if decided is not None and decided.status == GateStatus.REJECTED:
