@@ -19,7 +19,7 @@ reconciler. After every rule:
 - after a reconciler pass, no case is stuck (`execution.liveness.why_stuck`), and every case that
   awaits approval has an open gate.
 
-The normal run is derandomized with a few examples (tens of seconds); `make fuzz` runs many more
+The normal run is derandomized with 100 sequences (about two minutes); `make fuzz` runs many more
 (`CASEHUB_FUZZ_EXAMPLES`, `CASEHUB_FUZZ_STEPS`). PostgreSQL only: row locks and SKIP LOCKED are
 what the actions rely on.
 """
@@ -73,7 +73,7 @@ from tests.fakes import execution_pack, replan_pack
 
 pytestmark = pytest.mark.django_db
 
-EXAMPLES = int(os.environ.get("CASEHUB_FUZZ_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("CASEHUB_FUZZ_EXAMPLES", "100"))
 STEPS = int(os.environ.get("CASEHUB_FUZZ_STEPS", "40"))
 POLICIES = ("abort", "continue", "retry", "escalate", "replan")
 REJECT_CODES = (
