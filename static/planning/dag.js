@@ -116,6 +116,12 @@
       drawAll(root);
       markAll();
     });
+    // htmx fires load when the swap settles (20 ms later): mark in the swap's own task too, so
+    // the panel, the graph and the table never disagree in between (a poll or a step's panel).
+    document.addEventListener("htmx:afterSwap", function (event) {
+      drawAll(event.target);
+      markAll();
+    });
   } else {
     document.addEventListener("DOMContentLoaded", function () { drawAll(document); markAll(); });
   }

@@ -72,13 +72,16 @@ def _start_worker_keeping_the_queue() -> Any:
 
 def _selected_step(page: Any) -> str:
     """Return the step highlighted in the graph; assert the table and the panel agree."""
-    drawn = page.eval_on_selector_all(
-        "#dag svg g.node.selected text:first-of-type", "els => els.map(e => e.textContent)"
+    # Read in one task: what a user sees at one moment.
+    drawn, rows, panel = page.evaluate(
+        """() => [
+            [...document.querySelectorAll("#dag svg g.node.selected text:first-of-type")]
+                .map(e => e.textContent),
+            [...document.querySelectorAll("#task-table tr.selected[aria-current=true]")]
+                .map(e => e.dataset.key),
+            document.getElementById("node-panel").getAttribute("data-node"),
+        ]"""
     )
-    rows = page.eval_on_selector_all(
-        "#task-table tr.selected[aria-current=true]", "els => els.map(e => e.dataset.key)"
-    )
-    panel = page.get_attribute("#node-panel", "data-node")
     assert len(drawn) == 1 and rows == drawn and panel == drawn[0], (drawn, rows, panel)
     return str(panel)
 
@@ -148,9 +151,22 @@ def test_analyst_submits_the_forms_defaults_and_watches_the_case_planned(
     assert _selected_step(page) == "check-duplicate"
     step_url = page.url
 
-    # A step opened from the table is highlighted in the graph too.
+    # A step opened from the table is highlighted in the graph too, in the swap's own task: no
+    # moment in which the panel shows one step and the graph or the table another.
+    page.evaluate(
+        """() => document.addEventListener("htmx:afterSwap", () => {
+            window.__atSwap = [
+                [...document.querySelectorAll("#dag svg g.node.selected text:first-of-type")]
+                    .map(e => e.textContent).join(),
+                [...document.querySelectorAll("#task-table tr.selected")]
+                    .map(e => e.dataset.key).join(),
+                document.getElementById("node-panel").getAttribute("data-node"),
+            ];
+        }, { once: true })"""
+    )
     page.click('#task-table a:text-is("check-totals")')
     page.wait_for_selector('#node-panel[data-node="check-totals"]')
+    assert page.evaluate("window.__atSwap") == ["check-totals"] * 3
     assert _selected_step(page) == "check-totals"
 
     # Back shows the previous step again; reload keeps it, in graph, table and panel.
