@@ -187,6 +187,29 @@ def event_text(
     return _canonical(_event_body(chain, seq, time, actor_kind, actor, action, data, prev_hash))
 
 
+def event_text_around(
+    chain: str, time: datetime, actor_kind: str, actor: str, action: str, data: Any
+) -> tuple[str, str, str]:
+    """Return the event text's three parts around its predecessor's hash and its seq.
+
+    `before + prev_hash + between + str(seq) + after` is `event_text(...)` for a hex prev_hash
+    and an int seq: for a writer that learns both from the chain's head inside the statement
+    that appends (and hashes there).
+    """
+    text = _EVENT_TEMPLATE % (
+        _json_string(action),
+        _json_string(actor),
+        _json_string(actor_kind),
+        _json_string(chain),
+        _canonical_value(data),
+        "\0",
+        0,
+        _json_string(format_time(time)),
+    )
+    before, rest = text.split('"prev_hash":\0,"seq":0,')
+    return before + '"prev_hash":"', '","seq":', "," + rest
+
+
 def event_hash(
     *,
     chain: str,

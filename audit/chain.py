@@ -25,6 +25,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -39,6 +40,7 @@ from casehub_verify import (
     ChainVerifier,
     canonical_json,
     event_hash,
+    event_text_around,
     format_time,
 )
 from observability.metrics import count_on_commit
@@ -154,6 +156,10 @@ def append_events(events: Sequence[NewEvent], *, chain: str = SYSTEM_CHAIN) -> l
     pending = [_prepared(event) for event in events]
     if not pending:
         return []
+    if len(pending) == 1 and connection.vendor == "postgresql":
+        one = _append_one(chain, *pending[0])
+        count_on_commit([(one.action, one.data)])
+        return [one]
     # No savepoint: an append that fails marks the caller's transaction for rollback instead.
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         last_seq, prev_hash = _advance_head(cursor, chain, len(pending))
@@ -229,6 +235,98 @@ _ADVANCE_HEAD = (
     f"ON CONFLICT (chain) DO UPDATE SET seq = {_HEAD_TABLE}.seq + EXCLUDED.seq "
     "RETURNING seq, head_hash"
 )
+
+
+# One event in one statement (PostgreSQL): lock the chain's head, take its seq and hash, hash the
+# event in the database (SHA-256 over the event's text with both filled in: `event_text_around`),
+# move the head on and insert the row. The head's old values come from the locking subquery: in
+# READ COMMITTED an append that waited for the lock reads the head its predecessor committed.
+_APPEND_ONE = (
+    f"WITH old AS (SELECT chain, seq, head_hash FROM {_HEAD_TABLE} "  # noqa: S608
+    "WHERE chain = %(chain)s FOR UPDATE), "
+    f"head AS (UPDATE {_HEAD_TABLE} AS h SET seq = old.seq + 1, head_hash = encode(sha256("
+    "convert_to(%(before)s::text || old.head_hash || %(between)s::text || (old.seq + 1)::text "
+    "|| %(after)s::text, 'UTF8')), 'hex') FROM old WHERE h.chain = old.chain "
+    "RETURNING h.seq, old.head_hash AS prev_hash, h.head_hash) "
+    f"INSERT INTO {_EVENT_TABLE} ({_EVENT_COLUMNS_SQL}) "
+    "SELECT %(chain)s::text, head.seq, %(time)s::timestamptz, %(kind)s::text, %(label)s::text, "
+    "%(user)s::bigint, %(action)s::text, %(data)s::jsonb, head.prev_hash, head.head_hash "
+    "FROM head RETURNING id, seq, prev_hash, hash"
+)
+
+
+class _PreparingCursor(psycopg.Cursor[Any]):
+    """A cursor that binds on the server and prepares what it runs (once per connection)."""
+
+    def execute(self, query: Any, params: Any = None, **options: Any) -> Any:
+        options.setdefault("prepare", True)
+        return super().execute(query, params, **options)
+
+
+def _prepared_cursor() -> Any:
+    """Return a Django cursor over a `_PreparingCursor` on the default connection.
+
+    Django's cursors bind on the client, so the server parses and plans every append anew; the
+    append is the hottest statement there is. Wrapped as Django wraps its own (query logging,
+    execute wrappers, errors as `django.db` errors).
+    """
+    connection.ensure_connection()
+    raw = _PreparingCursor(connection.connection)
+    if connection.queries_logged:
+        return CursorDebugWrapper(raw, connection)
+    return CursorWrapper(raw, connection)
+
+
+def _append_one(
+    chain: str, who: Actor, action: str, payload: dict[str, Any], text: str
+) -> AuditEvent:
+    """Append one event in one statement (PostgreSQL); see `_APPEND_ONE`.
+
+    A chain's first event creates its head first (one more statement, once per chain).
+    """
+    now = timezone.now()
+    before, between, after = event_text_around(chain, now, who.kind, who.label, action, payload)
+    params = {
+        "chain": chain,
+        "before": before,
+        "between": between,
+        "after": after,
+        "time": now,
+        "kind": who.kind,
+        "label": who.label,
+        "user": who.user.pk if who.user is not None else None,
+        "action": action,
+        "data": text,
+    }
+    # No savepoint: an append that fails marks the caller's transaction for rollback instead.
+    with transaction.atomic(savepoint=False), _prepared_cursor() as cursor:
+        cursor.execute(_APPEND_ONE, params)
+        row = cursor.fetchone()
+        if row is None:  # a new chain: no head yet
+            cursor.execute(
+                f"INSERT INTO {_HEAD_TABLE} (chain, seq, head_hash) VALUES (%s, 0, %s) "  # noqa: S608
+                "ON CONFLICT (chain) DO NOTHING",
+                [chain, GENESIS_HASH],
+            )
+            cursor.execute(_APPEND_ONE, params)
+            row = cursor.fetchone()
+    pk, seq, prev_hash, digest = row
+    event = AuditEvent(
+        pk=pk,
+        chain=chain,
+        seq=seq,
+        time=now,
+        actor_kind=who.kind,
+        actor_label=who.label,
+        actor_user=who.user,
+        action=action,
+        data=payload,
+        prev_hash=prev_hash,
+        hash=digest,
+    )
+    event._state.adding = False
+    event._state.db = connection.alias
+    return event
 
 
 def _advance_head(cursor: Any, chain: str, count: int) -> tuple[int, str]:

@@ -221,3 +221,41 @@ def test_an_append_the_database_refuses_rolls_its_transaction_back() -> None:
     assert AuditChainHead.objects.get(chain=case_chain(23)).seq == 1
     assert AuditEvent.objects.filter(chain=case_chain(23)).count() == 1
     assert verify_chain(case_chain(23)) == []
+
+
+@pytest.mark.parametrize(
+    "data",
+    [{}, {"note": "Zahlung für Rechnung — ✓", "n": [1, 2.5, None, True]}, {"b": {"a": "\u0000"}}],
+)
+def test_the_text_around_prev_hash_and_seq_is_the_event_text(data: dict[str, object]) -> None:
+    from django.utils import timezone
+
+    import casehub_verify
+
+    now = timezone.now()
+    prev = "ab" * 32
+    before, between, after = casehub_verify.event_text_around(
+        "case:7", now, "user", "ann", "case.created", data
+    )
+    assert before + prev + between + "41" + after == casehub_verify.event_text(
+        "case:7", 41, now, "user", "ann", "case.created", data, prev
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the one-statement append")
+def test_one_event_on_postgresql_is_one_statement_hashed_as_the_verifier_hashes() -> None:
+    from django.test.utils import CaptureQueriesContext
+
+    chain = case_chain(9)
+    append_event("case.created", chain=chain)  # the chain's head exists from here on
+    user = personas.officer()
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        event = append_event(
+            "oversight.gate.approved", actor=user, chain=chain, data={"why": "geprüft ✓"}
+        )
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["WITH"]
+    stored = AuditEvent.objects.get(pk=event.pk)
+    assert (stored.seq, stored.hash, stored.actor_user_id) == (2, event.hash, user.pk)
+    assert AuditChainHead.objects.get(chain=chain).head_hash == event.hash
+    assert verify_chain(chain) == []
