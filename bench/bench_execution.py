@@ -1,4 +1,4 @@
-"""Execution against LangGraph on the same DAGs, in one run (DESIGN §9, RELIABILITY P2).
+"""Execution against LangGraph and DBOS on the same DAGs, in one run (DESIGN §9, RELIABILITY P2).
 
 CaseHub: a fresh PostgreSQL database (``CASEHUB_BENCH_EXECUTION_DATABASE_URL``, default
 ``casehub_bench_execution``), migrated; Redis as the broker (``CASEHUB_BENCH_EXECUTION_REDIS_URL``,
@@ -14,8 +14,20 @@ dependency (a node waits for all of them), `PostgresSaver` on its own database
 (``CASEHUB_BENCH_LANGGRAPH_DATABASE_URL``, default ``casehub_bench_langgraph``),
 ``durability="sync"`` (each superstep's checkpoint is written before the next starts: its most
 durable mode) and ``max_concurrency=2`` in the run config (two nodes at a time, as two worker
-slots). It runs in a process of its own after the CaseHub workers have stopped. Its makespan is
-the wall-clock of `invoke`.
+slots), then again with its default durability (``"async"``: a superstep's checkpoint is written
+while the next one runs), so the table shows what per-step durability costs it. It runs in a
+process of its own beside the idle CaseHub worker. Its makespan is the wall-clock of `invoke`.
+
+DBOS (`bench.execution_dbos`): its system database of its own
+(``CASEHUB_BENCH_DBOS_DATABASE_URL``, default ``casehub_bench_dbos``); each leaf a
+``@DBOS.step()``, checkpointed one by one. The 1,000 no-op leaves run once as the steps of one
+workflow in layer order (one process: DBOS's cheapest durable step, one checkpoint row each), and
+once on its queue; the 200-leaf DAG runs on the queue only. On the queue each leaf is a child
+workflow, enqueued once its dependencies are done, run by two worker processes (``worker_concurrency
+1`` each, ``global_concurrency 2``: two leaves at a time); DBOS polls its queue and the waits every
+10 ms. Its figures are the wall-clock of the workflow and the checkpoint rows it wrote
+(``dbos.operation_outputs``). The target compares CaseHub's ms per leaf with DBOS's ms per step in
+one workflow.
 
 The DAGs: 200 leaves of 50 ms in 10 layers of 20 (each leaf after 3 leaves of the layer before:
 critical path 10 x 50 ms = 0.5 s; total work ÷ 2 slots = 5 s: the bound is 5 s); and 1,000 no-op
@@ -51,6 +63,7 @@ from bench.execution_pack import SLUG, layered_dag
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/casehub_bench_execution"
 DEFAULT_LANGGRAPH_URL = "postgresql://postgres@127.0.0.1:5432/casehub_bench_langgraph"
+DEFAULT_DBOS_URL = "postgresql://postgres@127.0.0.1:5432/casehub_bench_dbos"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/14"
 SLOTS = 2
 PASSWORD = "bench-only-password-1"  # noqa: S105 (a throwaway account in a throwaway database)
@@ -68,6 +81,8 @@ TARGETS = {
     "execution.layered.ratio": ("<=", 1.15),
     "execution.layered.ratio_vs_langgraph": ("<=", 1.0),
     "execution.noop.ms_per_leaf_vs_langgraph": ("<=", 1.0),
+    "execution.noop.ms_per_leaf": ("<=", 2.0),
+    "execution.noop.ms_per_leaf_vs_dbos": ("<=", 1.0),
     "execution.p2.all_once": (">=", 1.0),
     "execution.p2.chain_ok": (">=", 1.0),
     "execution.p2.queue_left": ("<=", 0.0),
@@ -114,13 +129,16 @@ def run() -> dict[str, float]:
     lg_url = os.environ.get("CASEHUB_BENCH_LANGGRAPH_DATABASE_URL", DEFAULT_LANGGRAPH_URL)
     redis_url = os.environ.get("CASEHUB_BENCH_EXECUTION_REDIS_URL", DEFAULT_REDIS)
     admin_url, name = _admin(url)
+    dbos_url = os.environ.get("CASEHUB_BENCH_DBOS_DATABASE_URL", DEFAULT_DBOS_URL)
     lg_admin, lg_name = _admin(lg_url)
-    if importlib.util.find_spec("langgraph") is None or importlib.util.find_spec("psutil") is None:
+    dbos_admin, dbos_name = _admin(dbos_url)
+    if any(importlib.util.find_spec(m) is None for m in ("langgraph", "psutil", "dbos")):
         print("  SKIPPED bench_execution: install the bench extra (.[bench]).", flush=True)
         return {}
     try:
         _recreate(admin_url, name)
         _recreate(lg_admin, lg_name)
+        _recreate(dbos_admin, dbos_name)
         _redis_flush(redis_url)
     except Exception as exc:  # nothing to measure on
         print(f"  SKIPPED bench_execution: PostgreSQL or Redis unreachable ({exc}).", flush=True)
@@ -149,12 +167,16 @@ def run() -> dict[str, float]:
             )
             ours: dict[str, Any] = {}
             theirs: dict[str, Any] = {}
+            dbos: dict[str, Any] = {}
             lg_env = {**env, "DATABASE_URL": lg_url}
+            dbos_env = {**env, "DATABASE_URL": dbos_url}
             try:
-                # Each shape on CaseHub, then at once on LangGraph: both see the same machine.
+                # Each shape on CaseHub, then at once on LangGraph and on DBOS: all three see the
+                # same machine (DBOS after the Celery worker would leave it idle: it stays up).
                 for shape in SHAPES:
                     ours[shape] = _child(["casehub", shape, str(worker.pid)], env, var_dir)
                     theirs[shape] = _child(["langgraph", shape], lg_env, var_dir)
+                    dbos[shape] = _child(["dbos", shape], dbos_env, var_dir)
                 queue_left = _queue_length(redis_url)
             finally:
                 worker.terminate()
@@ -168,9 +190,10 @@ def run() -> dict[str, float]:
         if os.environ.get("CASEHUB_BENCH_KEEP_DB") != "1":
             _recreate(admin_url, name, drop_only=True)
             _recreate(lg_admin, lg_name, drop_only=True)
+            _recreate(dbos_admin, dbos_name, drop_only=True)
         _redis_flush(redis_url)
-    figures = _figures(ours, theirs, queue_left)
-    _print_comparison(ours, theirs, figures)
+    figures = _figures(ours, theirs, dbos, queue_left)
+    _print_comparison(ours, theirs, dbos, figures)
     if profile:
         _print_profile(profile)
     return figures
@@ -195,16 +218,28 @@ def _queue_length(redis_url: str) -> int:
     return int(client.llen("celery"))
 
 
-def _figures(ours: dict[str, Any], theirs: dict[str, Any], queue_left: int) -> dict[str, float]:
+def _ms_per(run: dict[str, Any]) -> float:
+    return 1000 * float(run["makespan_s"]) / int(run["leaves"])
+
+
+def _figures(
+    ours: dict[str, Any], theirs: dict[str, Any], dbos: dict[str, Any], queue_left: int
+) -> dict[str, float]:
     layered, noop = ours["layered"], ours["noop"]
-    lg_layered, lg_noop = theirs["layered"], theirs["noop"]
+    lg_layered, lg_noop = theirs["layered"]["sync"], theirs["noop"]["sync"]
+    lgd_layered, lgd_noop = theirs["layered"]["default"], theirs["noop"]["default"]
+    db_layered = dbos["layered"]["queue"]
+    db_steps, db_queue = dbos["noop"]["in_order"], dbos["noop"]["queue"]
     bound = bound_s(LAYERED)
     ratio = layered["makespan_s"] / bound
     lg_ratio = lg_layered["makespan_s"] / bound
-    ms_per = 1000 * noop["makespan_s"] / noop["leaves"]
-    lg_ms_per = 1000 * lg_noop["makespan_s"] / lg_noop["leaves"]
+    db_ratio = db_layered["makespan_s"] / bound
+    ms_per = _ms_per(noop)
+    lg_ms_per = _ms_per(lg_noop)
+    db_ms_per = _ms_per(db_steps)
     rss = noop["rss_mb"]
-    both_once = all(run["all_once"] for run in (layered, noop, lg_layered, lg_noop))
+    peers = (lg_layered, lg_noop, lgd_layered, lgd_noop, db_layered, db_steps, db_queue)
+    both_once = all(run["all_once"] for run in (layered, noop, *peers))
     return {
         "execution.layered.bound_s": round(bound, 3),
         "execution.layered.makespan_s": round(layered["makespan_s"], 3),
@@ -213,10 +248,23 @@ def _figures(ours: dict[str, Any], theirs: dict[str, Any], queue_left: int) -> d
         "execution.layered.langgraph_makespan_s": round(lg_layered["makespan_s"], 3),
         "execution.layered.langgraph_ratio": round(lg_ratio, 4),
         "execution.layered.ratio_vs_langgraph": round(ratio / lg_ratio, 4),
+        "execution.layered.langgraph_default_makespan_s": round(lgd_layered["makespan_s"], 3),
+        "execution.layered.langgraph_default_ratio": round(lgd_layered["makespan_s"] / bound, 4),
+        "execution.layered.dbos_makespan_s": round(db_layered["makespan_s"], 3),
+        "execution.layered.dbos_ratio": round(db_ratio, 4),
+        "execution.layered.ratio_vs_dbos": round(ratio / db_ratio, 4),
         "execution.noop.makespan_s": round(noop["makespan_s"], 3),
         "execution.noop.ms_per_leaf": round(ms_per, 3),
         "execution.noop.langgraph_ms_per_node": round(lg_ms_per, 3),
         "execution.noop.ms_per_leaf_vs_langgraph": round(ms_per / lg_ms_per, 4),
+        "execution.noop.langgraph_default_ms_per_node": round(_ms_per(lgd_noop), 3),
+        "execution.noop.langgraph_default_checkpoints": float(lgd_noop["checkpoints"]),
+        "execution.noop.dbos_ms_per_step": round(db_ms_per, 3),
+        "execution.noop.dbos_checkpoints": float(db_steps["checkpoints"]),
+        "execution.noop.dbos_queue_ms_per_leaf": round(_ms_per(db_queue), 3),
+        "execution.noop.dbos_queue_checkpoints": float(db_queue["checkpoints"]),
+        "execution.noop.dbos_queue_workflows": float(db_queue["workflows"]),
+        "execution.noop.ms_per_leaf_vs_dbos": round(ms_per / db_ms_per, 4),
         "execution.noop.events_per_leaf": round(noop["events"] / noop["leaves"], 3),
         "execution.noop.langgraph_checkpoints": float(lg_noop["checkpoints"]),
         "execution.noop.worker_cpu_ms_per_leaf": round(
@@ -224,6 +272,9 @@ def _figures(ours: dict[str, Any], theirs: dict[str, Any], queue_left: int) -> d
         ),
         "execution.noop.langgraph_cpu_ms_per_node": round(
             1000 * lg_noop["cpu_s"] / lg_noop["leaves"], 3
+        ),
+        "execution.noop.dbos_cpu_ms_per_step": round(
+            1000 * db_steps["cpu_s"] / db_steps["leaves"], 3
         ),
         "execution.p2.leaves": float(noop["leaves"]),
         "execution.p2.all_once": 1.0 if both_once else 0.0,
@@ -237,19 +288,38 @@ def _figures(ours: dict[str, Any], theirs: dict[str, Any], queue_left: int) -> d
     }
 
 
-def _print_comparison(ours: dict[str, Any], theirs: dict[str, Any], f: dict[str, float]) -> None:
+def _print_comparison(
+    ours: dict[str, Any], theirs: dict[str, Any], dbos: dict[str, Any], f: dict[str, float]
+) -> None:
     print(
         f"  200 x 50 ms, bound {f['execution.layered.bound_s']:.2f} s: CaseHub "
         f"{f['execution.layered.makespan_s']:.2f} s (ratio {f['execution.layered.ratio']:.3f}, "
-        f"target ≤ 1.15 and below LangGraph), LangGraph "
+        f"target ≤ 1.15 and below LangGraph), DBOS "
+        f"{f['execution.layered.dbos_makespan_s']:.2f} s "
+        f"(ratio {f['execution.layered.dbos_ratio']:.3f}), LangGraph sync "
         f"{f['execution.layered.langgraph_makespan_s']:.2f} s "
-        f"(ratio {f['execution.layered.langgraph_ratio']:.3f})",
+        f"(ratio {f['execution.layered.langgraph_ratio']:.3f}), LangGraph default "
+        f"{f['execution.layered.langgraph_default_makespan_s']:.2f} s "
+        f"(ratio {f['execution.layered.langgraph_default_ratio']:.3f})",
         flush=True,
     )
     print(
         f"  1,000 no-op: CaseHub {f['execution.noop.ms_per_leaf']:.2f} ms/leaf "
-        f"({f['execution.noop.events_per_leaf']:.1f} audit events per leaf), LangGraph "
-        f"{f['execution.noop.langgraph_ms_per_node']:.2f} ms/node (target: CaseHub ≤ LangGraph)",
+        f"({f['execution.noop.events_per_leaf']:.1f} audit events per leaf), DBOS "
+        f"{f['execution.noop.dbos_ms_per_step']:.2f} ms/step in one workflow "
+        f"({f['execution.noop.dbos_checkpoints']:g} step checkpoints) and "
+        f"{f['execution.noop.dbos_queue_ms_per_leaf']:.2f} ms/leaf on its queue "
+        f"({f['execution.noop.dbos_queue_checkpoints']:g} step checkpoints, "
+        f"{f['execution.noop.dbos_queue_workflows']:g} workflows)",
+        flush=True,
+    )
+    print(
+        "  1,000 no-op: LangGraph sync "
+        f"{f['execution.noop.langgraph_ms_per_node']:.2f} ms/node "
+        f"({f['execution.noop.langgraph_checkpoints']:g} checkpoints), LangGraph default "
+        f"{f['execution.noop.langgraph_default_ms_per_node']:.2f} ms/node "
+        f"({f['execution.noop.langgraph_default_checkpoints']:g} checkpoints) "
+        "(target: CaseHub ≤ DBOS, ≤ LangGraph sync and ≤ 2 ms)",
         flush=True,
     )
     print(
@@ -260,8 +330,13 @@ def _print_comparison(ours: dict[str, Any], theirs: dict[str, Any], f: dict[str,
         f"(flat: growth ≤ {RSS_FLAT_MB:g} MB)",
         flush=True,
     )
-    for label, run in (("CaseHub", ours), ("LangGraph", theirs)):
-        problems = [p for shape in ("layered", "noop") for p in run[shape].get("problems", [])]
+    runs = {
+        "CaseHub": [ours["layered"], ours["noop"]],
+        "LangGraph": [r for shape in SHAPES for r in theirs[shape].values()],
+        "DBOS": [r for shape in SHAPES for r in dbos[shape].values()],
+    }
+    for label, results in runs.items():
+        problems = [p for run in results for p in run.get("problems", [])]
         if problems:
             print(f"  {label} problems: {problems[:10]}", flush=True)
 
@@ -490,7 +565,12 @@ def _langgraph(shape: str, out: Path) -> None:
     url = os.environ["DATABASE_URL"]
     with PostgresSaver.from_conn_string(url) as saver:
         saver.setup()
-        result = _run_graph(saver, SHAPES[shape], shape)
+        # Its most durable mode, then its default ("async": a superstep's checkpoint is written
+        # while the next superstep runs).
+        result = {
+            "sync": _run_graph(saver, SHAPES[shape], f"{shape}-sync", "sync"),
+            "default": _run_graph(saver, SHAPES[shape], f"{shape}-default", None),
+        }
     out.write_text(json.dumps(result))
 
 
@@ -500,7 +580,9 @@ class State(TypedDict):
     done: Annotated[list[str], operator.add]
 
 
-def _run_graph(saver: Any, shape: dict[str, int], thread: str) -> dict[str, Any]:
+def _run_graph(
+    saver: Any, shape: dict[str, int], thread: str, durability: str | None
+) -> dict[str, Any]:
     from langgraph.graph import START, StateGraph
 
     dag = layered_dag(shape)
@@ -527,7 +609,10 @@ def _run_graph(saver: Any, shape: dict[str, int], thread: str) -> dict[str, Any]
         "recursion_limit": shape["layers"] + 10,
     }
     started, cpu_before = time.monotonic(), time.process_time()
-    final: Any = graph.invoke({"done": []}, config, durability="sync")
+    if durability is None:
+        final: Any = graph.invoke({"done": []}, config)
+    else:
+        final = graph.invoke({"done": []}, config, durability=durability)
     makespan, cpu = time.monotonic() - started, time.process_time() - cpu_before
     done = Counter(final["done"])
     problems = [f"{k}: ran {done[k]} times" for k in dag if done[k] != 1]
@@ -542,13 +627,31 @@ def _run_graph(saver: Any, shape: dict[str, int], thread: str) -> dict[str, Any]
     }
 
 
+# The DBOS child ----------------------------------------------------------------------------------
+
+
+def _dbos(shape: str, out: Path) -> None:
+    from bench import execution_dbos
+
+    result = execution_dbos.run(SHAPES[shape], in_order=shape == "noop")
+    out.write_text(json.dumps(result))
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["casehub"]:
         _casehub(sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]))
     elif sys.argv[1:2] == ["langgraph"]:
         _langgraph(sys.argv[2], Path(sys.argv[3]))
+    elif sys.argv[1:2] == ["dbos"]:
+        _dbos(sys.argv[2], Path(sys.argv[3]))
+    elif sys.argv[1:2] == ["dbos-worker"]:
+        from bench import execution_dbos
+
+        execution_dbos.worker(int(sys.argv[2]))
     else:
         raise SystemExit(
             "usage: python -m bench.bench_execution casehub SHAPE OUT.json WORKER_PID\n"
-            "       python -m bench.bench_execution langgraph SHAPE OUT.json"
+            "       python -m bench.bench_execution langgraph SHAPE OUT.json\n"
+            "       python -m bench.bench_execution dbos SHAPE OUT.json\n"
+            "       python -m bench.bench_execution dbos-worker INDEX"
         )
