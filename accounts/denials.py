@@ -28,7 +28,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from accounts.models import AccessDenial
-from audit.chain import SYSTEM_CHAIN, append_event
+from audit.chain import SYSTEM_CHAIN, NewEvent, append_event, append_events
 
 __all__ = [
     "DENIED",
@@ -143,15 +143,11 @@ def _summarise(rows: list[AccessDenial]) -> int:
         .objects.filter(pk__in=user_ids)
         .values_list("pk", get_user_model().USERNAME_FIELD)
     )
-    written = 0
-    for row in rows:
-        if row.count <= 1:
-            continue  # its one denial has its own event already
-        append_event(
+    summaries = [
+        NewEvent(
             SUMMARY,
-            actor=None,
-            chain=SYSTEM_CHAIN,
-            data={
+            None,
+            {
                 "source": row.source,
                 "user": names.get(row.user_id),
                 "user_id": row.user_id,
@@ -162,7 +158,11 @@ def _summarise(rows: list[AccessDenial]) -> int:
                 "last_path": row.last_path,
             },
         )
-        written += 1
+        for row in rows
+        if row.count > 1  # a single denial has its own event already
+    ]
+    append_events(summaries, chain=SYSTEM_CHAIN)
+    written = len(summaries)
     return written
 
 

@@ -14,7 +14,7 @@ from django.db.models.signals import m2m_changed, post_save, pre_delete, pre_sav
 from django.http import HttpRequest
 
 from accounts import users
-from audit.chain import Actor, append_event
+from audit.chain import Actor, NewEvent, append_event, append_events
 from audit.models import ActorKind
 from web.middleware import mark_session_fresh
 
@@ -150,17 +150,22 @@ def _on_groups_changed(
         return
     after = _groups_of(before)
     usernames = dict(User.objects.filter(pk__in=list(before)).values_list("pk", "username"))
-    for user_id in sorted(before):
-        if before[user_id] != after[user_id]:
-            append_event(
+    append_events(
+        [
+            NewEvent(
                 "auth.user.groups_changed",
-                data={
+                None,
+                {
                     "user": usernames.get(user_id),
                     "user_id": user_id,
                     "before": {"groups": before[user_id]},
                     "after": {"groups": after[user_id]},
                 },
             )
+            for user_id in sorted(before)
+            if before[user_id] != after[user_id]
+        ]
+    )
 
 
 def connect() -> None:

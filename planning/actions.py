@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from audit.chain import NewEvent, append_event, case_chain
+from audit.chain import NewEvent, append_event, append_events, case_chain
 from audit.transitions import audited
 from planning import dispatch, rules
 from planning.catalogue import (
@@ -339,22 +339,27 @@ def record_calls(case: Case, records: list[LlmCallRecord]) -> None:
             for r in sorted(records, key=lambda r: r.started_at)
         ]
     )
-    for row in rows:
-        append_event(
-            "planning.llm.called",
-            chain=case_chain(case.pk),
-            data={
-                "llm_call": row.pk,
-                "model": row.model,
-                "purpose": row.purpose,
-                "prompt_hash": row.prompt_hash,
-                "response_hash": row.response_hash,
-                "prompt_tokens": row.prompt_tokens,
-                "completion_tokens": row.completion_tokens,
-                "latency_ms": row.latency_ms,
-                "error": row.error,
-            },
-        )
+    append_events(
+        [
+            NewEvent(
+                "planning.llm.called",
+                None,
+                {
+                    "llm_call": row.pk,
+                    "model": row.model,
+                    "purpose": row.purpose,
+                    "prompt_hash": row.prompt_hash,
+                    "response_hash": row.response_hash,
+                    "prompt_tokens": row.prompt_tokens,
+                    "completion_tokens": row.completion_tokens,
+                    "latency_ms": row.latency_ms,
+                    "error": row.error,
+                },
+            )
+            for row in rows
+        ],
+        chain=case_chain(case.pk),
+    )
 
 
 def _finish_run(
