@@ -349,7 +349,7 @@ LOGGING = {
 
 # Oversight -----------------------------------------------------------------------------------
 # Called with each plan version just stored, in its transaction: the version's gates open there.
-CASEHUB_PLAN_VERSION_HOOKS = ["oversight.actions.gates.open_gates"]
+CASEHUB_PLAN_VERSION_HOOKS = ["oversight.actions.opening.open_gates"]
 # Called with each gate just decided and its decision, in the deciding transaction: execution
 # starts, resumes or fails steps there.
 CASEHUB_GATE_DECIDED_HOOKS = ["execution.decisions.on_gate_decided"]

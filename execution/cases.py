@@ -24,7 +24,8 @@ from execution.models import WorkItem
 from execution.transitions import move_work_items
 from execution.verdicts import verify_goal
 from oversight import notify
-from oversight.actions.gates import check_reason, void_open_gates
+from oversight.actions.gates import check_reason
+from oversight.actions.opening import void_open_gates
 from oversight.models import OPEN_GATE_STATUSES, Gate
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
 from planning.transitions import block_nodes, move_case, move_node, move_nodes

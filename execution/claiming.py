@@ -30,7 +30,7 @@ from execution.common import (
 from execution.models import ExecutionControl, LeafAttempt, TrustScore
 from execution.trust_actions import effective_trust
 from oversight.actions.gate_policy import active_policy
-from oversight.actions.gates import open_escalation_gate, reopen_gate
+from oversight.actions.opening import open_escalation_gate, reopen_gate
 from oversight.models import Gate, GateKind, GateStatus
 from planning.models import Agent, Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
 from planning.transitions import move_case, move_node, move_nodes

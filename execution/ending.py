@@ -32,7 +32,7 @@ from execution.common import (
 from execution.models import ExecutionControl, LeafAttempt
 from execution.replanning import replan_failed_leaf
 from execution.trust_actions import record_outcome
-from oversight.actions.gates import open_escalation_gate
+from oversight.actions.opening import open_escalation_gate
 from oversight.models import OPEN_GATE_STATUSES, Gate
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
 from planning.transitions import move_node, move_nodes

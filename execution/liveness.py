@@ -35,7 +35,7 @@ from execution.cases import cancel_open_leaves, end_case, finish_if_done
 from execution.claiming import release_ready
 from execution.common import LEAF, OPEN_LEAF_STATUSES, REDISPATCH_BATCH, is_stopped, send_leaf
 from execution.models import WorkItem
-from oversight.actions.gates import open_escalation_gate
+from oversight.actions.opening import open_escalation_gate
 from oversight.models import OPEN_GATE_STATUSES, Gate, GateKind, GateStatus
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
 from planning.transitions import move_node

@@ -29,7 +29,7 @@ from execution.ending import apply_failure, end_attempt
 from execution.judging import resend_goal_judges
 from execution.liveness import repair_stuck_cases
 from execution.models import LeafAttempt
-from oversight.actions.gates import open_escalation_gate
+from oversight.actions.opening import open_escalation_gate
 from oversight.models import OPEN_GATE_STATUSES, Gate
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
 from planning.transitions import move_node

@@ -40,8 +40,8 @@ from django.conf import settings
 from audit.chain import NewEvent, append_event, case_chain
 from audit.transitions import audited
 from execution.cases import cancel_open_leaves, fail_and_block
-from oversight.actions.gates import open_gates, void_open_gates
 from oversight.actions.kept_steps import carry_results
+from oversight.actions.opening import open_gates, void_open_gates
 from oversight.models import Gate, GateKind, GateStatus
 from planning.actions import plan_limits
 from planning.catalogue import all_tool_specs, current_catalogue, enabled_pack

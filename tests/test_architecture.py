@@ -252,6 +252,44 @@ def test_a_project_import_inside_a_function_says_why() -> None:
     assert offenders == []
 
 
+def _private_imports(tree: ast.Module) -> Iterator[str]:
+    """The `_private` names a module takes from another module of the project."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or _top(node.module or "") in STACK):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    yield f"{node.module}.{alias.name}"
+
+
+def test_no_module_imports_a_private_name_of_another() -> None:
+    offenders = [f"{path}: {name}" for path, tree in _sources() for name in _private_imports(tree)]
+    assert offenders == []
+
+
+def test_the_private_import_finder_finds_one() -> None:
+    tree = ast.parse(
+        "from execution.claiming import _claim_data, claim_leaf\n"
+        "from .runners import _schemas\n"
+        "from os import _exit\n"
+        "from typing import __all__\n"
+    )
+    assert list(_private_imports(tree)) == ["execution.claiming._claim_data", "runners._schemas"]
+
+
+# A module a reader can hold in mind: 800 lines at most, in every app (casehub_verify.py, not an app,
+# is one file on purpose: an auditor reads and runs it alone).
+MAX_MODULE_LINES = 800
+
+
+def test_no_module_is_over_800_lines() -> None:
+    long = {
+        path: lines
+        for path, _ in _sources()
+        if (lines := len((ROOT / path).read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
+
+
 # State machines ----------------------------------------------------------------------------------
 
 # The status fields that are state machines (STYLE.md "State machines"), by model. Each has one

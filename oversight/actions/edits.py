@@ -22,14 +22,9 @@ from django.db import transaction
 
 from audit.chain import NewEvent, append_event, case_chain
 from audit.transitions import audited
-from oversight.actions.gates import (
-    CONFIGURE,
-    DecisionDenied,
-    check_reason,
-    open_gates,
-    void_open_gates,
-)
+from oversight.actions.gates import CONFIGURE, DecisionDenied, check_reason
 from oversight.actions.kept_steps import carry_results
+from oversight.actions.opening import open_gates, void_open_gates
 from oversight.models import Gate, GateDecision, GateKind, GateStatus
 from planning import rules
 from planning.actions import plan_limits

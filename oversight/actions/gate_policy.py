@@ -10,6 +10,7 @@ from typing import Any
 from django.contrib.auth.models import Group
 
 from oversight.models import (
+    Gate,
     PolicyVersion,
 )
 from oversight.policy import LeafFacts, PolicySettings
@@ -37,6 +38,16 @@ def active_policy() -> tuple[PolicyVersion, PolicySettings]:
     except ValueError:
         logger.exception("policy version %s is unreadable: the defaults apply", version.number)
         return version, PolicySettings()
+
+
+def gate_settings(gate: Gate) -> PolicySettings:
+    """Return the settings of the policy version the gate was opened under (else the active)."""
+    if gate.policy_version is not None:
+        try:
+            return PolicySettings.from_data(gate.policy_version.values)
+        except ValueError:
+            logger.exception("policy version %s is unreadable", gate.policy_version.number)
+    return active_policy()[1]
 
 
 def leaf_facts(leaves: Sequence[PlanNode]) -> list[LeafFacts]:

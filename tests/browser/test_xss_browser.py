@@ -21,7 +21,7 @@ from django.test import override_settings
 
 from execution.models import WorkItem
 from oversight.actions.edits import edit_plan
-from oversight.actions.gates import open_gates
+from oversight.actions.opening import open_gates
 from oversight.models import Gate, GateKind, GateStatus
 from planning.actions import materialise_plan, submit_case
 from planning.core.dag import DagPlan

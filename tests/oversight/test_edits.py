@@ -14,7 +14,7 @@ from accounts import roles
 from accounts import tokens as api_tokens
 from audit.chain import case_chain, verify_chain
 from audit.models import AuditEvent
-from oversight.actions import gates
+from oversight.actions import gates, opening
 from oversight.actions.edits import EditInvalid, EditRefused, edit_plan
 from oversight.actions.gates import DecisionDenied, DecisionInput, ReasonInvalid
 from oversight.models import Gate, GateKind, GateStatus, Notification
@@ -555,7 +555,7 @@ def test_the_plan_with_gates_runs_the_same_queries_for_5_and_50_leaves(
     for leaves in (5, 50):
         case = make_case(ana)
         version = make_plan(case, leaves=leaves, groups=3)
-        gates.open_gates(version)
+        opening.open_gates(version)
         Gate.objects.bulk_create(
             [
                 Gate(
@@ -591,7 +591,7 @@ def test_removing_the_only_step_of_a_group_is_refused(people: dict[str, Any]) ->
     case = make_case(people["analyst"])
     version = store_version(case, DagPlan.build(root))
     Case.objects.filter(pk=case.pk).update(current_version=version)
-    gates.open_gates(version)
+    opening.open_gates(version)
     before = _snapshot(case)
     with pytest.raises(EditInvalid, match="cannot be left empty") as refused:
         _edit(case, people["officer"], "only", {"remove": True})

@@ -13,7 +13,7 @@ from django.test import Client, override_settings
 from django.urls import reverse
 from django.utils.html import escape
 
-from oversight.actions.gates import open_gates
+from oversight.actions.opening import open_gates
 from oversight.actions.policies import approve_policy, propose_policy
 from oversight.models import Gate, GateKind, GateStatus, PolicyVersion
 from planning.actions import materialise_plan, submit_case
