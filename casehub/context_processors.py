@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from django.contrib.auth.models import Group, User
-from django.db.models import BooleanField, Exists, F, Func, IntegerField, QuerySet, Subquery
+from django.db.models import BooleanField, Exists, IntegerField, QuerySet
+from django.db.models.expressions import RawSQL
 from django.http import HttpRequest
 from django.urls import reverse
 
@@ -17,6 +18,15 @@ from oversight.queries import inbox_for, unread_notifications
 from planning import rules
 from planning.promotion.actions import can_view_methods
 
+# A navigation count stops at this many: the badge reads "99+" past it. Counting stops there too,
+# so 10,000 waiting gates cost what 100 do on every page (the inbox itself counts them all).
+NAV_COUNT_CAP = 99
+
+
+def count_text(count: int) -> str:
+    """The badge text of a navigation count: the number, or "99+" past the cap."""
+    return f"{NAV_COUNT_CAP}+" if count > NAV_COUNT_CAP else str(count)
+
 
 @dataclass(frozen=True, slots=True)
 class NavItem:
@@ -24,6 +34,10 @@ class NavItem:
     url: str
     key: str
     count: int | None = None
+
+    @property
+    def count_text(self) -> str:
+        return count_text(self.count or 0)
 
 
 def _items(request: HttpRequest, counts: dict[str, int]) -> list[NavItem]:
@@ -64,12 +78,14 @@ def _items(request: HttpRequest, counts: dict[str, int]) -> list[NavItem]:
     return items
 
 
-def _count_of(rows: QuerySet[Any]) -> Subquery:
-    # COUNT as a plain function, so Django adds no GROUP BY: one row, the number of rows.
-    counted = rows.order_by().annotate(
-        n=Func(F("pk"), function="COUNT", output_field=IntegerField())
-    )
-    return Subquery(counted.values("n")[:1], output_field=IntegerField())
+def _count_of(rows: QuerySet[Any]) -> RawSQL:
+    """COUNT(*) of at most NAV_COUNT_CAP + 1 of the rows, as a scalar subquery (the rows'
+    query is uncorrelated: it compiles on its own, with its own parameters)."""
+    sql, params = rows.order_by().values("pk")[: NAV_COUNT_CAP + 1].query.sql_with_params()
+    # The SQL is the ORM's own compilation of a queryset (no text from a request); its values
+    # stay parameters. The ORM has no COUNT over a sliced subquery.
+    capped = f"SELECT COUNT(*) FROM ({sql}) capped"  # noqa: S608
+    return RawSQL(capped, params, output_field=IntegerField())  # noqa: S611
 
 
 def _counts_and_role(request: HttpRequest) -> tuple[dict[str, int], str | None]:
@@ -108,6 +124,8 @@ def navigation(request: HttpRequest) -> dict[str, object]:
         "nav_items": _items(request, counts),
         "user_role": role,
         "inbox_count": counts.get("inbox_count", 0),
+        "inbox_count_text": count_text(counts.get("inbox_count", 0)),
         "unread_count": counts["unread"],
+        "unread_count_text": count_text(counts["unread"]),
         "execution_stopped": bool(counts.get("stopped")),
     }

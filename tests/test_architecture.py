@@ -276,8 +276,8 @@ def test_the_private_import_finder_finds_one() -> None:
     assert list(_private_imports(tree)) == ["execution.claiming._claim_data", "runners._schemas"]
 
 
-# A module a reader can hold in mind: 800 lines at most, in every app (casehub_verify.py, not an app,
-# is one file on purpose: an auditor reads and runs it alone).
+# A module a reader can hold in mind: 800 lines at most, in every app (casehub_verify.py, not an
+# app, is one file on purpose: an auditor reads and runs it alone).
 MAX_MODULE_LINES = 800
 
 

@@ -230,7 +230,28 @@ def test_inbox_page_costs_the_same_number_of_queries_for_10_and_200_gates(
     with django_assert_num_queries(10):
         response = client.get(reverse("oversight:inbox"))
     assert len(response.context["rows"]) == min(count, 25)
-    assert f'data-count="inbox">{count}<' in response.content.decode()
+    # The badge stops counting at 99; the page itself counts every gate.
+    badge = "99+" if count > 99 else str(count)
+    assert f'data-count="inbox">{badge}<' in response.content.decode()
+    assert f"{count} gates wait for your decision" in response.content.decode()
+
+
+def test_navigation_and_home_counts_stop_at_99(analyst: Any, officer: Any) -> None:
+    _, version = planned(analyst, 120)
+    step_gates(version, leaves_of(version))
+    client = client_for(officer)
+    home = client.get(reverse("home")).content.decode()
+    assert 'data-count="inbox">99+<' in home
+    assert '<strong data-count="pending">99+</strong> gates wait for your decision' in home
+    assert client.get(reverse("home")).context["inbox_count"] == 100
+    inbox = client.get(reverse("oversight:inbox")).content.decode()
+    assert "120 gates wait for your decision" in inbox
+    # One gate fewer than the cap is shown as it is.
+    waiting = Gate.objects.filter(version=version, status=GateStatus.PENDING)
+    Gate.objects.filter(pk__in=list(waiting.values_list("pk", flat=True)[:21])).update(
+        status=GateStatus.VOID
+    )
+    assert 'data-count="inbox">99<' in client.get(reverse("home")).content.decode()
 
 
 def test_navigation_counts_waiting_gates_and_unread_notifications(
