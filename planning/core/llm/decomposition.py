@@ -23,6 +23,7 @@ strategy in `planning.core.hybrid`.
 from __future__ import annotations
 
 import contextvars
+import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -304,6 +305,23 @@ class _Attempt:
     error: str
 
 
+def _fingerprint(text: str) -> str:
+    """Return the answer as canonical JSON (its text when it is none), to spot a repeat."""
+    try:
+        return json.dumps(extract_json(text), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return text.strip()
+
+
+def _fix_warnings(job: ExpansionJob, answer: Answer) -> tuple[str, ...]:
+    """Return a warning per id or reference fixed in the usable entries of `answer`."""
+    return tuple(
+        f"step {entry.describe()} of goal {job.goal.name!r} at depth {job.depth}: {fix}"
+        for entry in answer.fixed
+        for fix in entry.describe_fixes()
+    )
+
+
 class LlmDecomposition:
     """Plan a goal by asking the model, recursively, down to `max_depth` levels.
 
@@ -434,7 +452,7 @@ class LlmDecomposition:
             if cached is not None:
                 answer = _read(cached, rules)
                 if answer is not None and answer.is_clean:
-                    return answer, f"llm:cache:{cache_key[:12]}", ()
+                    return answer, f"llm:cache:{cache_key[:12]}", _fix_warnings(job, answer)
 
         def validate(data: Any) -> Answer:
             return require_clean(read_answer(data, rules))
@@ -442,9 +460,13 @@ class LlmDecomposition:
         where = f"goal {job.goal.name!r} at depth {job.depth}"
         messages = request
         attempts: list[_Attempt] = []
+        answers_seen: set[str] = set()
+        previous_error = ""
         truncations = 0
+        repeated = ""
         for attempt in range(self.max_repairs + 1):
             number = run.reserve_call()
+            repairs = attempt
             try:
                 result = self.client.complete_json(
                     messages,
@@ -461,7 +483,7 @@ class LlmDecomposition:
             if result.parsed is not None:
                 if self.cache is not None:
                     self.cache.put(cache_key, result.text)
-                return result.parsed, f"llm:{number}", ()
+                return result.parsed, f"llm:{number}", _fix_warnings(job, result.parsed)
             error = result.validation_error or "the answer did not validate"
             if result.truncated:
                 truncations += 1
@@ -478,6 +500,17 @@ class LlmDecomposition:
                     )
             else:
                 attempts.append(_Attempt(number, result.text, error))
+                fingerprint = _fingerprint(result.text)
+                if fingerprint in answers_seen:
+                    # a model that repeats itself will not be moved by one more request
+                    left = self.max_repairs - attempt
+                    if left:
+                        repeated = (
+                            f"the model repeated an earlier answer word for word, so the {left} "
+                            "repair request(s) left were not sent"
+                        )
+                    break
+                answers_seen.add(fingerprint)
             if attempt < self.max_repairs:
                 run.check_cancelled()
                 # each repair is built on the original request, with a bounded excerpt of the
@@ -488,34 +521,47 @@ class LlmDecomposition:
                     {
                         "role": "user",
                         "content": repair_prompt(
-                            error, truncated=result.truncated, max_steps=rules.max_steps
+                            error,
+                            truncated=result.truncated,
+                            max_steps=rules.max_steps,
+                            round_number=attempt + 1,
+                            rounds=self.max_repairs,
+                            is_same_problems=error == previous_error,
                         ),
                     },
                 ]
-        return self._salvage(job, rules, attempts)
+                previous_error = error
+        return self._salvage(job, rules, attempts, repairs=repairs, repeated=repeated)
 
     def _salvage(
-        self, job: ExpansionJob, rules: AnswerRules, attempts: Sequence[_Attempt]
+        self,
+        job: ExpansionJob,
+        rules: AnswerRules,
+        attempts: Sequence[_Attempt],
+        *,
+        repairs: int,
+        repeated: str = "",
     ) -> tuple[Answer, str, tuple[str, ...]]:
         """Keep the valid entries of the latest answer that has any; drop the rest with a warning.
 
-        Raises `LlmPlanningError` when no answer has a usable entry.
+        `repairs` is the number of repair requests sent; `repeated` says why they ended early,
+        if they did. Raises `LlmPlanningError` when no answer has a usable entry.
         """
+        after = f"{repairs} repair request(s)" + (f" ({repeated})" if repeated else "")
         for attempt in reversed(attempts):
             answer = _read(attempt.text, rules)
             if answer is None or not answer.usable:
                 continue
             warnings = tuple(
                 f"dropped step {entry.describe()} of goal {job.goal.name!r} at depth "
-                f"{job.depth}, still invalid after {self.max_repairs} repair request(s): "
-                f"{entry.describe_problems()}"
+                f"{job.depth}, still invalid after {after}: {entry.describe_problems()}"
                 for entry in answer.entries
                 if not entry.is_usable
             )
-            return answer, f"llm:{attempt.number}", warnings
+            return answer, f"llm:{attempt.number}", warnings + _fix_warnings(job, answer)
         raise LlmPlanningError(
             f"the LLM returned no usable step for goal {job.goal.name!r} at depth {job.depth} "
-            f"after {self.max_repairs} repair request(s): {attempts[-1].error}"
+            f"after {after}: {attempts[-1].error}"
         )
 
     def _to_expansion(

@@ -169,11 +169,21 @@ def answer_excerpt(text: str, limit: int = MAX_EXCERPT_CHARS) -> str:
     return _bounded(text, limit, "characters")
 
 
-def repair_prompt(error: str, *, truncated: bool = False, max_steps: int = 0) -> str:
+def repair_prompt(
+    error: str,
+    *,
+    truncated: bool = False,
+    max_steps: int = 0,
+    round_number: int = 1,
+    rounds: int = 1,
+    is_same_problems: bool = False,
+) -> str:
     """Return the follow-up request quoting why the previous answer was rejected.
 
     The problems are quoted up to MAX_PROBLEM_CHARS. A truncated answer gets a request for a
-    shorter one instead of a list of JSON errors.
+    shorter one instead of a list of JSON errors. The wording moves on with `round_number` (of
+    `rounds`): a later round says the answer is still wrong, says so plainly when the problems
+    are the ones already quoted (`is_same_problems`), and that the last round is the last.
     """
     if truncated:
         fewer = f"at most {max_steps} steps, " if max_steps else ""
@@ -182,8 +192,20 @@ def repair_prompt(error: str, *, truncated: bool = False, max_steps: int = 0) ->
             f"Answer again with a shorter plan: {fewer}each task and rationale one short "
             "sentence. Answer with the complete JSON only, following the same schema and rules."
         )
-    return (
-        "Your previous answer could not be used:\n"
-        f"{_bounded(error, MAX_PROBLEM_CHARS, 'lines')}\n"
-        "Answer again with the corrected JSON only, following the same schema and rules."
-    )
+    counter = f"repair request {round_number} of {rounds}" if rounds > 1 else "repair request"
+    if round_number <= 1:
+        opening = f"Your previous answer could not be used ({counter}):"
+    else:
+        opening = f"Your answer still could not be used ({counter}):"
+    lines = [opening, _bounded(error, MAX_PROBLEM_CHARS, "lines")]
+    if round_number > 1 and is_same_problems:
+        lines.append(
+            "These are the same problems as in your previous answer: do not send it again. "
+            "Change each step named above, or leave out a step you cannot fix."
+        )
+    lines.append("Answer again with the corrected JSON only, following the same schema and rules.")
+    if round_number >= rounds:
+        lines.append(
+            "This is the last request: steps that are still wrong are left out of the plan."
+        )
+    return "\n".join(lines)
