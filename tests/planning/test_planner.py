@@ -142,6 +142,29 @@ def test_llm_planning_offers_only_the_packs_llm_and_human_agents(
     assert "tool" in kinds.values()  # the pack has tool agents, and none was offered
 
 
+def test_llm_planning_shows_the_model_the_packs_own_method_and_the_agents_descriptions(
+    monkeypatch: pytest.MonkeyPatch, llm: FakeOpenAIServer
+) -> None:
+    pack = dataclasses.replace(PACKS["fraud"], planner_agent="")
+    monkeypatch.setattr(planner, "enabled_pack", lambda slug: pack)
+    case = _case()
+    case.inputs = {"account_id": "ACC-7", "amount": "50", "prior_flags": 0}
+    case.save(update_fields=["inputs"])
+    _plan(case)
+    prompt = llm.requests[0].user_prompt
+    assert (
+        "Example: how this domain's own method 'light-investigation' decomposes "
+        "'investigate-fraud' for this case." in prompt
+    )
+    assert '{"id": "pull-transactions", "task": "Pull the transactions", "depends_on": null}' in (
+        prompt
+    )
+    analyst = Agent.objects.get(slug="fraud-analyst")
+    assert analyst.description and f"- fraud-analyst: {analyst.name}. {analyst.description}" in (
+        prompt
+    )
+
+
 def test_the_concurrency_setting_reaches_the_client_and_the_planner(
     fraud_with_planner: None, llm: FakeOpenAIServer
 ) -> None:

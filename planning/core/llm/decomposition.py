@@ -35,9 +35,11 @@ from planning.core.dag import DagPlan
 from planning.core.errors import BudgetExceeded, LlmPlanningError
 from planning.core.llm.cache import DecompositionCache
 from planning.core.llm.client import LlmClient
+from planning.core.llm.examples import method_example
 from planning.core.llm.prompts import (
     AgentInfo,
     answer_excerpt,
+    render_example,
     repair_prompt,
     system_prompt,
     user_prompt,
@@ -54,6 +56,7 @@ from planning.core.llm.schemas import (
     require_clean,
 )
 from planning.core.llm.structured_output import extract_json
+from planning.core.static import MethodLibrary
 from planning.core.tree import Compound, Goal, Leaf, Node, Provenance, StrategyName
 
 __all__ = [
@@ -343,8 +346,14 @@ class LlmDecomposition:
         cache: DecompositionCache | None = None,
         max_repairs: int = 2,
         instructions: str = "",
+        examples: MethodLibrary | None = None,
+        example_task: str = "",
     ) -> None:
-        """Configure the planner; raise ValueError for a depth below 1 or too many repairs."""
+        """Configure the planner; raise ValueError for a depth below 1 or too many repairs.
+
+        `examples` (a pack's methods) supply the example decomposition of each request: of the
+        goal's own task when a method covers it, else of `example_task` (the pack's root task).
+        """
         if max_depth < 1:
             raise ValueError("max_depth must be >= 1")
         if not 0 <= max_repairs <= 5:
@@ -361,6 +370,8 @@ class LlmDecomposition:
         self.cache = cache
         self.max_repairs = max_repairs
         self.instructions = instructions
+        self.examples = examples
+        self.example_task = example_task
         self._schemas: dict[bool, Mapping[str, Any]] = {}
 
     def new_run(self) -> PlanningRun:
@@ -417,9 +428,19 @@ class LlmDecomposition:
             },
             {
                 "role": "user",
-                "content": user_prompt(job.goal, self.agents, state, hint=job.hint),
+                "content": user_prompt(
+                    job.goal, self.agents, state, hint=job.hint, example=self._example(job, state)
+                ),
             },
         ]
+
+    def _example(self, job: ExpansionJob, state: Mapping[str, Any]) -> str:
+        if self.examples is None:
+            return ""
+        example = method_example(self.examples, (job.goal.name, self.example_task), state)
+        if example is None:
+            return ""
+        return render_example(example, is_last_level=self._is_last_level(job))
 
     def expand(
         self,

@@ -5,7 +5,8 @@ decomposed again; at the last level the prompt describes agent assignments only 
 mentions the nested format. A planner agent's own instructions take the place of the built-in
 opening; the answer format and the rules always follow. The user prompt carries the parent goal,
 the sibling tasks, the goal and its description, the agents (id, name, description,
-capabilities) and the rendered state.
+capabilities), an example decomposition from the domain pack's own methods when there is one
+(one JSON object per step: ids, texts, depends_on; no agents), and the rendered state.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from planning.core.llm.examples import DecompositionExample
 from planning.core.tree import Goal
 
 __all__ = [
     "AgentInfo",
     "answer_excerpt",
+    "render_example",
     "render_state",
     "repair_prompt",
     "system_prompt",
@@ -127,14 +130,39 @@ def _render_agent(agent: AgentInfo) -> str:
     return line + (f" (capabilities: {capabilities})" if capabilities else "")
 
 
+def render_example(example: DecompositionExample, *, is_last_level: bool) -> str:
+    """Render an example decomposition: a heading, then one JSON object per step.
+
+    JSON keeps a task text that carries case data (a service name) quoted. At the last level a
+    subtask of the example is shown as one step, as the model must answer there.
+    """
+    whose = "this case" if example.is_for_this_case else "another kind of case"
+    lines = [
+        f"Example: how this domain's own method {example.method!r} decomposes "
+        f"{example.task!r} for {whose}. A guide to the size and order of steps, not the "
+        "answer: write your own steps for the goal above, with the agents listed above.",
+    ]
+    for step in example.steps:
+        entry: dict[str, Any] = {"id": step.id}
+        if step.is_subtask and not is_last_level:
+            entry["subtask"] = step.text
+            entry["description"] = step.description
+        else:
+            entry["task"] = step.description or step.text if step.is_subtask else step.text
+        entry["depends_on"] = None if step.depends_on is None else list(step.depends_on)
+        lines.append(json.dumps(entry, ensure_ascii=False))
+    return "\n".join(lines)
+
+
 def user_prompt(
     goal: Goal,
     agents: Sequence[AgentInfo],
     state: Mapping[str, Any],
     *,
     hint: str = "",
+    example: str = "",
 ) -> str:
-    """Return the planning request for ``goal`` with its context."""
+    """Return the planning request for ``goal`` with its context (`example` already rendered)."""
     parent = goal.parent or "(none: this is the top-level goal)"
     siblings = "; ".join(goal.siblings) if goal.siblings else "(none)"
     lines = [
@@ -147,6 +175,8 @@ def user_prompt(
         lines.append(f"Note: {hint}")
     lines.append("Available agents:")
     lines.extend(_render_agent(agent) for agent in agents)
+    if example:
+        lines.append(example)
     lines.append("Current state (JSON):")
     lines.append(render_state(state))
     return "\n".join(lines)
