@@ -287,6 +287,28 @@ def test_a_dangling_reference_and_a_reused_id_are_fixed_and_their_warnings_store
     assert LlmCall.objects.filter(case=case).count() == 1  # no repair spent on references
 
 
+def test_a_one_step_depth_one_plan_of_a_goal_of_two_actions_is_stored_with_a_warning(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.responder = lambda request: answer(leaf("review", "fraud-analyst"))
+    case = make_case(
+        personas.analyst(),
+        domain="",
+        strategy=Strategy.LLM,
+        status=CaseStatus.PLANNING,
+        inputs={},
+        goal="Review the transfers and interview the account holder",
+        max_depth=1,
+    )
+    with override_settings(OPENAI_BASE_URL=fake_openai.base_url, OPENAI_API_KEY="test-key"):
+        materialise_plan(case.pk)
+    case.refresh_from_db()
+    assert case.status == CaseStatus.AWAITING_APPROVAL, case.error
+    (warning,) = PlanVersion.objects.get(case=case).warnings
+    assert "has a single step, but the goal has several parts" in warning
+    assert "'Review the transfers', 'interview the account holder'" in warning
+
+
 def test_an_llm_plan_with_no_usable_step_fails_and_stores_no_plan(
     fake_openai: FakeOpenAIServer,
 ) -> None:

@@ -35,6 +35,7 @@ from planning.core.dag import DagPlan
 from planning.core.errors import BudgetExceeded, LlmPlanningError
 from planning.core.llm.cache import DecompositionCache
 from planning.core.llm.client import LlmClient
+from planning.core.llm.coverage import several_parts
 from planning.core.llm.examples import method_example
 from planning.core.llm.prompts import (
     AgentInfo,
@@ -459,7 +460,25 @@ class LlmDecomposition:
             raise NoAgentAvailable(job.goal.name)
         rules = self.rules_for(job)
         answer, source, warnings = self._answer(run, job, state, rules)
+        if job.depth == 0 and rules.is_last_level and len(answer.usable) == 1:
+            warnings += self._one_step_warning(job, state)
         return self._to_expansion(run, job, answer, source, warnings, strategy)
+
+    def _one_step_warning(self, job: ExpansionJob, state: Mapping[str, Any]) -> tuple[str, ...]:
+        """Return a warning when a depth-1 plan of one step answers a goal of several parts."""
+        own = (
+            None
+            if self.examples is None
+            else method_example(self.examples, (job.goal.name,), state)
+        )
+        why = several_parts(job.goal, own)
+        if not why:
+            return ()
+        return (
+            f"the plan of goal {job.goal.name!r} has a single step, but the goal has several "
+            f"parts ({why}): check that the step covers all of them, or plan the case again "
+            "with a depth of 2 or more",
+        )
 
     def _answer(
         self, run: PlanningRun, job: ExpansionJob, state: Mapping[str, Any], rules: AnswerRules
