@@ -837,3 +837,15 @@ def test_an_earlier_answer_coming_back_later_also_ends_the_repairs(
     with pytest.raises(LlmPlanningError, match="after 2 repair request"):
         planner(fake_openai, max_depth=1, max_repairs=4).plan(FRAUD, STATE)
     assert len(fake_openai.requests) == 3
+
+
+def test_an_answer_from_the_cache_carries_the_warnings_of_its_fixed_references(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.responder = lambda request: answer(leaf("a"), leaf("b", depends_on=["ghost"]))
+    cache = InMemoryDecompositionCache()
+    first = planner(fake_openai, max_depth=1, cache=cache).plan(FRAUD, STATE)
+    second = planner(fake_openai, max_depth=1, cache=cache).plan(FRAUD, STATE)
+    assert len(fake_openai.requests) == 1
+    assert second.warnings == first.warnings and len(first.warnings) == 1
+    assert second.dependencies == first.dependencies
