@@ -8,13 +8,19 @@ is returned; on any failure nothing is returned.
 
 Every request carries the answer schema of its level (the offered agents as an ``enum``, the
 fan-out limit as ``maxItems``) and bounds its answer with ``max_tokens``: the client's per-call
-ceiling, or what is left of the run's token budget when that is less. Every answer is checked
-entry by entry against what its request offered; any problem gets a repair request quoting it and
-a bounded excerpt of the answer (up to `max_repairs`), built on the original request so that
-repairs never grow past the context window. An answer cut off at ``max_tokens`` gets one request
-for a shorter answer; a second cut-off fails planning with a clear error. What is still wrong after
-the repairs is dropped with a warning, which the reviewer sees at the plan gate; a compound left
-without a usable entry fails planning.
+ceiling, or what is left of the run's token budget when that is less. With a pack's methods
+(`examples`), each request also shows one decomposition the pack makes
+(`planning.core.llm.examples`).
+
+Every answer is checked entry by entry against what its request offered. Wrong ids and references
+are fixed where they are read, each with a warning (`planning.core.llm.schemas`); any other problem
+gets a repair request quoting every problem and a bounded excerpt of the answer (up to
+`max_repairs`), built on the original request so that repairs never grow past the context window,
+and worded for its round. An answer that repeats an earlier one ends the repairs at once. An answer
+cut off at ``max_tokens`` gets one request for a shorter answer; a second cut-off fails planning
+with a clear error. What is still wrong after the repairs is dropped with a warning, which the
+reviewer sees at the plan gate; a compound left without a usable entry fails planning. A depth-1
+plan of one step for a goal of several parts (`planning.core.llm.coverage`) gets a warning.
 
 The scheduling machinery (`ExpansionJob`, `Expansion`, `PlanningRun`) is shared with the hybrid
 strategy in `planning.core.hybrid`.
