@@ -172,6 +172,9 @@ def _llm(
         budgets=llm_budgets(),
         cache=cache,
         instructions=agent.system_prompt if agent else "",
+        # the pack's code methods, not promoted ones: the example is the domain's own shape
+        examples=pack.methods if pack else None,
+        example_task=pack.root_task if pack else "",
     )
 
 

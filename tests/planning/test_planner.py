@@ -142,6 +142,29 @@ def test_llm_planning_offers_only_the_packs_llm_and_human_agents(
     assert "tool" in kinds.values()  # the pack has tool agents, and none was offered
 
 
+def test_llm_planning_shows_the_model_the_packs_own_method_and_the_agents_descriptions(
+    monkeypatch: pytest.MonkeyPatch, llm: FakeOpenAIServer
+) -> None:
+    pack = dataclasses.replace(PACKS["fraud"], planner_agent="")
+    monkeypatch.setattr(planner, "enabled_pack", lambda slug: pack)
+    case = _case()
+    case.inputs = {"account_id": "ACC-7", "amount": "50", "prior_flags": 0}
+    case.save(update_fields=["inputs"])
+    _plan(case)
+    prompt = llm.requests[0].user_prompt
+    assert (
+        "Example: how this domain's own method 'light-investigation' decomposes "
+        "'investigate-fraud' for this case." in prompt
+    )
+    assert '{"id": "pull-transactions", "task": "Pull the transactions", "depends_on": null}' in (
+        prompt
+    )
+    analyst = Agent.objects.get(slug="fraud-analyst")
+    assert analyst.description and f"- fraud-analyst: {analyst.name}. {analyst.description}" in (
+        prompt
+    )
+
+
 def test_the_concurrency_setting_reaches_the_client_and_the_planner(
     fraud_with_planner: None, llm: FakeOpenAIServer
 ) -> None:
@@ -228,8 +251,62 @@ def test_a_step_still_invalid_after_the_repairs_is_dropped_and_its_warning_store
     leaves = PlanNode.objects.filter(version=version, kind=PlanNode.Kind.LEAF)
     assert list(leaves.values_list("key", "agent")) == [("review", "fraud-analyst")]
     calls = LlmCall.objects.filter(case=case)
-    assert calls.count() == 3  # the call and two repair requests, each recorded with why
+    # the call and one repair request, each recorded with why; the model repeated its answer,
+    # so the second repair request was not sent
+    assert calls.count() == 2
     assert all("not one of the available agents" in call.error for call in calls)
+    assert "the model repeated an earlier answer word for word" in warning
+
+
+def test_a_dangling_reference_and_a_reused_id_are_fixed_and_their_warnings_stored_with_the_plan(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.responder = lambda request: answer(
+        leaf("review", "fraud-analyst", "review the flagged transactions"),
+        leaf("review", "fraud-analyst", "summarise the findings", depends_on=["step-0"]),
+    )
+    case = make_case(
+        personas.analyst(),
+        domain="",
+        strategy=Strategy.LLM,
+        status=CaseStatus.PLANNING,
+        inputs={},
+        goal="investigate-fraud",
+        max_depth=1,
+    )
+    with override_settings(OPENAI_BASE_URL=fake_openai.base_url, OPENAI_API_KEY="test-key"):
+        materialise_plan(case.pk)
+    case.refresh_from_db()
+    assert case.status == CaseStatus.AWAITING_APPROVAL, case.error
+    version = PlanVersion.objects.get(case=case)
+    renamed, dropped = version.warnings
+    assert "renamed 'review-2'" in renamed
+    assert "depends on 'step-0', which is not the id of any step" in dropped
+    leaves = PlanNode.objects.filter(version=version, kind=PlanNode.Kind.LEAF)
+    assert list(leaves.values_list("key", flat=True)) == ["review", "review-2"]
+    assert LlmCall.objects.filter(case=case).count() == 1  # no repair spent on references
+
+
+def test_a_one_step_depth_one_plan_of_a_goal_of_two_actions_is_stored_with_a_warning(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.responder = lambda request: answer(leaf("review", "fraud-analyst"))
+    case = make_case(
+        personas.analyst(),
+        domain="",
+        strategy=Strategy.LLM,
+        status=CaseStatus.PLANNING,
+        inputs={},
+        goal="Review the transfers and interview the account holder",
+        max_depth=1,
+    )
+    with override_settings(OPENAI_BASE_URL=fake_openai.base_url, OPENAI_API_KEY="test-key"):
+        materialise_plan(case.pk)
+    case.refresh_from_db()
+    assert case.status == CaseStatus.AWAITING_APPROVAL, case.error
+    (warning,) = PlanVersion.objects.get(case=case).warnings
+    assert "has a single step, but the goal has several parts" in warning
+    assert "'Review the transfers', 'interview the account holder'" in warning
 
 
 def test_an_llm_plan_with_no_usable_step_fails_and_stores_no_plan(

@@ -8,13 +8,19 @@ is returned; on any failure nothing is returned.
 
 Every request carries the answer schema of its level (the offered agents as an ``enum``, the
 fan-out limit as ``maxItems``) and bounds its answer with ``max_tokens``: the client's per-call
-ceiling, or what is left of the run's token budget when that is less. Every answer is checked
-entry by entry against what its request offered; any problem gets a repair request quoting it and
-a bounded excerpt of the answer (up to `max_repairs`), built on the original request so that
-repairs never grow past the context window. An answer cut off at ``max_tokens`` gets one request
-for a shorter answer; a second cut-off fails planning with a clear error. What is still wrong after
-the repairs is dropped with a warning, which the reviewer sees at the plan gate; a compound left
-without a usable entry fails planning.
+ceiling, or what is left of the run's token budget when that is less. With a pack's methods
+(`examples`), each request also shows one decomposition the pack makes
+(`planning.core.llm.examples`).
+
+Every answer is checked entry by entry against what its request offered. Wrong ids and references
+are fixed where they are read, each with a warning (`planning.core.llm.schemas`); any other problem
+gets a repair request quoting every problem and a bounded excerpt of the answer (up to
+`max_repairs`), built on the original request so that repairs never grow past the context window,
+and worded for its round. An answer that repeats an earlier one ends the repairs at once. An answer
+cut off at ``max_tokens`` gets one request for a shorter answer; a second cut-off fails planning
+with a clear error. What is still wrong after the repairs is dropped with a warning, which the
+reviewer sees at the plan gate; a compound left without a usable entry fails planning. A depth-1
+plan of one step for a goal of several parts (`planning.core.llm.coverage`) gets a warning.
 
 The scheduling machinery (`ExpansionJob`, `Expansion`, `PlanningRun`) is shared with the hybrid
 strategy in `planning.core.hybrid`.
@@ -23,6 +29,7 @@ strategy in `planning.core.hybrid`.
 from __future__ import annotations
 
 import contextvars
+import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,9 +41,12 @@ from planning.core.dag import DagPlan
 from planning.core.errors import BudgetExceeded, LlmPlanningError
 from planning.core.llm.cache import DecompositionCache
 from planning.core.llm.client import LlmClient
+from planning.core.llm.coverage import several_parts
+from planning.core.llm.examples import method_example
 from planning.core.llm.prompts import (
     AgentInfo,
     answer_excerpt,
+    render_example,
     repair_prompt,
     system_prompt,
     user_prompt,
@@ -53,6 +63,7 @@ from planning.core.llm.schemas import (
     require_clean,
 )
 from planning.core.llm.structured_output import extract_json
+from planning.core.static import MethodLibrary
 from planning.core.tree import Compound, Goal, Leaf, Node, Provenance, StrategyName
 
 __all__ = [
@@ -304,6 +315,23 @@ class _Attempt:
     error: str
 
 
+def _fingerprint(text: str) -> str:
+    """Return the answer as canonical JSON (its text when it is none), to spot a repeat."""
+    try:
+        return json.dumps(extract_json(text), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return text.strip()
+
+
+def _fix_warnings(job: ExpansionJob, answer: Answer) -> tuple[str, ...]:
+    """Return a warning per id or reference fixed in the usable entries of `answer`."""
+    return tuple(
+        f"step {entry.describe()} of goal {job.goal.name!r} at depth {job.depth}: {fix}"
+        for entry in answer.fixed
+        for fix in entry.describe_fixes()
+    )
+
+
 class LlmDecomposition:
     """Plan a goal by asking the model, recursively, down to `max_depth` levels.
 
@@ -325,8 +353,14 @@ class LlmDecomposition:
         cache: DecompositionCache | None = None,
         max_repairs: int = 2,
         instructions: str = "",
+        examples: MethodLibrary | None = None,
+        example_task: str = "",
     ) -> None:
-        """Configure the planner; raise ValueError for a depth below 1 or too many repairs."""
+        """Configure the planner; raise ValueError for a depth below 1 or too many repairs.
+
+        `examples` (a pack's methods) supply the example decomposition of each request: of the
+        goal's own task when a method covers it, else of `example_task` (the pack's root task).
+        """
         if max_depth < 1:
             raise ValueError("max_depth must be >= 1")
         if not 0 <= max_repairs <= 5:
@@ -343,6 +377,8 @@ class LlmDecomposition:
         self.cache = cache
         self.max_repairs = max_repairs
         self.instructions = instructions
+        self.examples = examples
+        self.example_task = example_task
         self._schemas: dict[bool, Mapping[str, Any]] = {}
 
     def new_run(self) -> PlanningRun:
@@ -399,9 +435,19 @@ class LlmDecomposition:
             },
             {
                 "role": "user",
-                "content": user_prompt(job.goal, self.agents, state, hint=job.hint),
+                "content": user_prompt(
+                    job.goal, self.agents, state, hint=job.hint, example=self._example(job, state)
+                ),
             },
         ]
+
+    def _example(self, job: ExpansionJob, state: Mapping[str, Any]) -> str:
+        if self.examples is None:
+            return ""
+        example = method_example(self.examples, (job.goal.name, self.example_task), state)
+        if example is None:
+            return ""
+        return render_example(example, is_last_level=self._is_last_level(job))
 
     def expand(
         self,
@@ -420,7 +466,25 @@ class LlmDecomposition:
             raise NoAgentAvailable(job.goal.name)
         rules = self.rules_for(job)
         answer, source, warnings = self._answer(run, job, state, rules)
+        if job.depth == 0 and rules.is_last_level and len(answer.usable) == 1:
+            warnings += self._one_step_warning(job, state)
         return self._to_expansion(run, job, answer, source, warnings, strategy)
+
+    def _one_step_warning(self, job: ExpansionJob, state: Mapping[str, Any]) -> tuple[str, ...]:
+        """Return a warning when a depth-1 plan of one step answers a goal of several parts."""
+        own = (
+            None
+            if self.examples is None
+            else method_example(self.examples, (job.goal.name,), state)
+        )
+        why = several_parts(job.goal, own)
+        if not why:
+            return ()
+        return (
+            f"the plan of goal {job.goal.name!r} has a single step, but the goal has several "
+            f"parts ({why}): check that the step covers all of them, or plan the case again "
+            "with a depth of 2 or more",
+        )
 
     def _answer(
         self, run: PlanningRun, job: ExpansionJob, state: Mapping[str, Any], rules: AnswerRules
@@ -434,7 +498,7 @@ class LlmDecomposition:
             if cached is not None:
                 answer = _read(cached, rules)
                 if answer is not None and answer.is_clean:
-                    return answer, f"llm:cache:{cache_key[:12]}", ()
+                    return answer, f"llm:cache:{cache_key[:12]}", _fix_warnings(job, answer)
 
         def validate(data: Any) -> Answer:
             return require_clean(read_answer(data, rules))
@@ -442,9 +506,13 @@ class LlmDecomposition:
         where = f"goal {job.goal.name!r} at depth {job.depth}"
         messages = request
         attempts: list[_Attempt] = []
+        answers_seen: set[str] = set()
+        previous_error = ""
         truncations = 0
+        repeated = ""
         for attempt in range(self.max_repairs + 1):
             number = run.reserve_call()
+            repairs = attempt
             try:
                 result = self.client.complete_json(
                     messages,
@@ -461,7 +529,7 @@ class LlmDecomposition:
             if result.parsed is not None:
                 if self.cache is not None:
                     self.cache.put(cache_key, result.text)
-                return result.parsed, f"llm:{number}", ()
+                return result.parsed, f"llm:{number}", _fix_warnings(job, result.parsed)
             error = result.validation_error or "the answer did not validate"
             if result.truncated:
                 truncations += 1
@@ -478,6 +546,17 @@ class LlmDecomposition:
                     )
             else:
                 attempts.append(_Attempt(number, result.text, error))
+                fingerprint = _fingerprint(result.text)
+                if fingerprint in answers_seen:
+                    # a model that repeats itself will not be moved by one more request
+                    left = self.max_repairs - attempt
+                    if left:
+                        repeated = (
+                            f"the model repeated an earlier answer word for word, so the {left} "
+                            "repair request(s) left were not sent"
+                        )
+                    break
+                answers_seen.add(fingerprint)
             if attempt < self.max_repairs:
                 run.check_cancelled()
                 # each repair is built on the original request, with a bounded excerpt of the
@@ -488,34 +567,47 @@ class LlmDecomposition:
                     {
                         "role": "user",
                         "content": repair_prompt(
-                            error, truncated=result.truncated, max_steps=rules.max_steps
+                            error,
+                            truncated=result.truncated,
+                            max_steps=rules.max_steps,
+                            round_number=attempt + 1,
+                            rounds=self.max_repairs,
+                            is_same_problems=error == previous_error,
                         ),
                     },
                 ]
-        return self._salvage(job, rules, attempts)
+                previous_error = error
+        return self._salvage(job, rules, attempts, repairs=repairs, repeated=repeated)
 
     def _salvage(
-        self, job: ExpansionJob, rules: AnswerRules, attempts: Sequence[_Attempt]
+        self,
+        job: ExpansionJob,
+        rules: AnswerRules,
+        attempts: Sequence[_Attempt],
+        *,
+        repairs: int,
+        repeated: str = "",
     ) -> tuple[Answer, str, tuple[str, ...]]:
         """Keep the valid entries of the latest answer that has any; drop the rest with a warning.
 
-        Raises `LlmPlanningError` when no answer has a usable entry.
+        `repairs` is the number of repair requests sent; `repeated` says why they ended early,
+        if they did. Raises `LlmPlanningError` when no answer has a usable entry.
         """
+        after = f"{repairs} repair request(s)" + (f" ({repeated})" if repeated else "")
         for attempt in reversed(attempts):
             answer = _read(attempt.text, rules)
             if answer is None or not answer.usable:
                 continue
             warnings = tuple(
                 f"dropped step {entry.describe()} of goal {job.goal.name!r} at depth "
-                f"{job.depth}, still invalid after {self.max_repairs} repair request(s): "
-                f"{entry.describe_problems()}"
+                f"{job.depth}, still invalid after {after}: {entry.describe_problems()}"
                 for entry in answer.entries
                 if not entry.is_usable
             )
-            return answer, f"llm:{attempt.number}", warnings
+            return answer, f"llm:{attempt.number}", warnings + _fix_warnings(job, answer)
         raise LlmPlanningError(
             f"the LLM returned no usable step for goal {job.goal.name!r} at depth {job.depth} "
-            f"after {self.max_repairs} repair request(s): {attempts[-1].error}"
+            f"after {after}: {attempts[-1].error}"
         )
 
     def _to_expansion(

@@ -5,7 +5,8 @@ decomposed again; at the last level the prompt describes agent assignments only 
 mentions the nested format. A planner agent's own instructions take the place of the built-in
 opening; the answer format and the rules always follow. The user prompt carries the parent goal,
 the sibling tasks, the goal and its description, the agents (id, name, description,
-capabilities) and the rendered state.
+capabilities), an example decomposition from the domain pack's own methods when there is one
+(one JSON object per step: ids, texts, depends_on; no agents), and the rendered state.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from planning.core.llm.examples import DecompositionExample
 from planning.core.tree import Goal
 
 __all__ = [
     "AgentInfo",
     "answer_excerpt",
+    "render_example",
     "render_state",
     "repair_prompt",
     "system_prompt",
@@ -127,14 +130,39 @@ def _render_agent(agent: AgentInfo) -> str:
     return line + (f" (capabilities: {capabilities})" if capabilities else "")
 
 
+def render_example(example: DecompositionExample, *, is_last_level: bool) -> str:
+    """Render an example decomposition: a heading, then one JSON object per step.
+
+    JSON keeps a task text that carries case data (a service name) quoted. At the last level a
+    subtask of the example is shown as one step, as the model must answer there.
+    """
+    whose = "this case" if example.is_for_this_case else "another kind of case"
+    lines = [
+        f"Example: how this domain's own method {example.method!r} decomposes "
+        f"{example.task!r} for {whose}. A guide to the size and order of steps, not the "
+        "answer: write your own steps for the goal above, with the agents listed above.",
+    ]
+    for step in example.steps:
+        entry: dict[str, Any] = {"id": step.id}
+        if step.is_subtask and not is_last_level:
+            entry["subtask"] = step.text
+            entry["description"] = step.description
+        else:
+            entry["task"] = step.description or step.text if step.is_subtask else step.text
+        entry["depends_on"] = None if step.depends_on is None else list(step.depends_on)
+        lines.append(json.dumps(entry, ensure_ascii=False))
+    return "\n".join(lines)
+
+
 def user_prompt(
     goal: Goal,
     agents: Sequence[AgentInfo],
     state: Mapping[str, Any],
     *,
     hint: str = "",
+    example: str = "",
 ) -> str:
-    """Return the planning request for ``goal`` with its context."""
+    """Return the planning request for ``goal`` with its context (`example` already rendered)."""
     parent = goal.parent or "(none: this is the top-level goal)"
     siblings = "; ".join(goal.siblings) if goal.siblings else "(none)"
     lines = [
@@ -147,6 +175,8 @@ def user_prompt(
         lines.append(f"Note: {hint}")
     lines.append("Available agents:")
     lines.extend(_render_agent(agent) for agent in agents)
+    if example:
+        lines.append(example)
     lines.append("Current state (JSON):")
     lines.append(render_state(state))
     return "\n".join(lines)
@@ -169,11 +199,21 @@ def answer_excerpt(text: str, limit: int = MAX_EXCERPT_CHARS) -> str:
     return _bounded(text, limit, "characters")
 
 
-def repair_prompt(error: str, *, truncated: bool = False, max_steps: int = 0) -> str:
+def repair_prompt(
+    error: str,
+    *,
+    truncated: bool = False,
+    max_steps: int = 0,
+    round_number: int = 1,
+    rounds: int = 1,
+    is_same_problems: bool = False,
+) -> str:
     """Return the follow-up request quoting why the previous answer was rejected.
 
     The problems are quoted up to MAX_PROBLEM_CHARS. A truncated answer gets a request for a
-    shorter one instead of a list of JSON errors.
+    shorter one instead of a list of JSON errors. The wording moves on with `round_number` (of
+    `rounds`): a later round says the answer is still wrong, says so plainly when the problems
+    are the ones already quoted (`is_same_problems`), and that the last round is the last.
     """
     if truncated:
         fewer = f"at most {max_steps} steps, " if max_steps else ""
@@ -182,8 +222,20 @@ def repair_prompt(error: str, *, truncated: bool = False, max_steps: int = 0) ->
             f"Answer again with a shorter plan: {fewer}each task and rationale one short "
             "sentence. Answer with the complete JSON only, following the same schema and rules."
         )
-    return (
-        "Your previous answer could not be used:\n"
-        f"{_bounded(error, MAX_PROBLEM_CHARS, 'lines')}\n"
-        "Answer again with the corrected JSON only, following the same schema and rules."
-    )
+    counter = f"repair request {round_number} of {rounds}" if rounds > 1 else "repair request"
+    if round_number <= 1:
+        opening = f"Your previous answer could not be used ({counter}):"
+    else:
+        opening = f"Your answer still could not be used ({counter}):"
+    lines = [opening, _bounded(error, MAX_PROBLEM_CHARS, "lines")]
+    if round_number > 1 and is_same_problems:
+        lines.append(
+            "These are the same problems as in your previous answer: do not send it again. "
+            "Change each step named above, or leave out a step you cannot fix."
+        )
+    lines.append("Answer again with the corrected JSON only, following the same schema and rules.")
+    if round_number >= rounds:
+        lines.append(
+            "This is the last request: steps that are still wrong are left out of the plan."
+        )
+    return "\n".join(lines)

@@ -12,15 +12,23 @@ fan-out limit of steps, bounded strings, and at the last level no subtask entrie
 keeps to the subset that OpenAI's strict mode, llama.cpp's JSON-schema-to-grammar converter (and
 so Ollama) and vLLM's guided decoding all accept; `portability_problems` checks a schema against
 that subset. `read_answer` checks an answer entry by entry against the same rules (the level's
-entry kinds, the agents, the fan-out, the string bounds, earlier siblings only), so that a repair
-request can quote every problem and what still fails after the repairs can be dropped without
-losing the valid entries; it is the check, whatever the server enforced.
+entry kinds, the agents, the fan-out, the string bounds), so that a repair request can quote
+every problem and what still fails after the repairs can be dropped without losing the valid
+entries; it is the check, whatever the server enforced.
+
+Mistakes in the ids and references of an entry do not cost the entry: they are fixed where they
+are read and noted (`Entry.fixes`), quoted in a repair request sent for other problems, and
+become warnings on the plan. A ``depends_on`` id that names no step, a later step or the step
+itself is dropped (an entry left with none of the ids it named waits for the previous entry); a
+reused id is renamed ``<id>-2`` (``-3``…), and a later ``depends_on`` naming the reused id
+means the nearest entry before it that carried it, as static methods' repeated keys do.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -379,10 +387,11 @@ class Entry:
     label: str
     depends_on: tuple[int, ...] | None
     problems: tuple[tuple[str, str], ...] = ()
+    fixes: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_usable(self) -> bool:
-        """Tell whether the entry validated and broke no rule."""
+        """Tell whether the entry validated and broke no rule (fixed references aside)."""
         return self.step is not None and not self.problems
 
     def describe(self) -> str:
@@ -392,10 +401,17 @@ class Entry:
 
     def describe_problems(self) -> str:
         """Return the entry's problems for a warning, each with its field."""
+        return self._describe(self.problems)
+
+    def describe_fixes(self) -> tuple[str, ...]:
+        """Return what was fixed in the entry's id and references, one text per fix."""
+        return tuple(self._describe((fix,)) for fix in self.fixes)
+
+    def _describe(self, items: Sequence[tuple[str, str]]) -> str:
         own = f"steps.{self.position}"
         return "; ".join(
             message if path == own else f"{path.removeprefix(own + '.')}: {message}"
-            for path, message in self.problems
+            for path, message in items
         )
 
 
@@ -413,13 +429,25 @@ class Answer:
 
     @property
     def is_clean(self) -> bool:
-        """Tell whether nothing at all is wrong with the answer."""
+        """Tell whether the answer can be used whole (its fixed references aside)."""
         return not self.problems and all(entry.is_usable for entry in self.entries)
 
+    @property
+    def fixed(self) -> tuple[Entry, ...]:
+        """Return the usable entries whose id or references were fixed, in order."""
+        return tuple(entry for entry in self.usable if entry.fixes)
+
     def report(self) -> str:
-        """Return every problem, one per line, for a repair request and the call record."""
+        """Return every problem, one per line, for a repair request and the call record.
+
+        The fixed references of the entries are listed too: a repair is the model's chance to
+        name what it meant.
+        """
         problems: dict[str, list[str]] = {}
-        for path, message in (*self.problems, *(p for e in self.entries for p in e.problems)):
+        for path, message in (
+            *self.problems,
+            *(p for e in self.entries for p in (*e.problems, *e.fixes)),
+        ):
             problems.setdefault(path, []).append(message)
         return format_problems(problems)
 
@@ -472,11 +500,13 @@ def read_answer(data: Any, rules: AnswerRules) -> Answer:
             )
         )
     every_id = {step_id for raw in raw_steps if (step_id := _text(raw, "id")) is not None}
-    earlier: dict[str, int] = {}  # id -> position of its first entry
+    taken = set(every_id)
+    earlier: dict[str, int] = {}  # id as written -> position of its nearest entry so far
     entries: list[Entry] = []
     for position, raw in enumerate(raw_steps):
         path = f"steps.{position}"
         problems: list[tuple[str, str]] = []
+        fixes: list[tuple[str, str]] = []
         step: Step | None = None
         if rules.is_last_level and isinstance(raw, dict) and "subtask" in raw:
             problems.append(
@@ -495,8 +525,8 @@ def read_answer(data: Any, rules: AnswerRules) -> Answer:
                     exc.errors(include_url=False, include_input=False), path
                 ).items():
                     problems.extend((where, message) for message in messages)
-        step_id = step.id if step is not None else _text(raw, "id")
-        who = repr(step_id) if step_id else f"#{position + 1}"
+        written = step.id if step is not None else _text(raw, "id")
+        step_id = written
         if isinstance(step, AgentStep) and step.agent not in rules.agents:
             problems.append(
                 (
@@ -506,33 +536,52 @@ def read_answer(data: Any, rules: AnswerRules) -> Answer:
                 )
             )
         if step is not None and step.id in earlier:
-            problems.append(
-                (f"{path}.id", f"step id {step.id!r} is used twice; ids must be unique")
+            step_id = _free_id(step.id, taken)
+            taken.add(step_id)
+            fixes.append(
+                (
+                    f"{path}.id",
+                    f"step id {step.id!r} is used twice; ids must be unique (renamed {step_id!r})",
+                )
             )
+            step = step.model_copy(update={"id": step_id})
+        who = repr(step_id) if step_id else f"#{position + 1}"
         declared = _declared(raw, step)
         positions: list[int] = []
         for dep in declared or ():
-            if dep == step_id:
-                problems.append((f"{path}.depends_on", f"step {dep!r} cannot depend on itself"))
-            elif dep in earlier:
+            if dep in earlier:
                 positions.append(earlier[dep])
+            elif dep == written:
+                fixes.append(
+                    (
+                        f"{path}.depends_on",
+                        f"step {dep!r} cannot depend on itself (dropped from depends_on)",
+                    )
+                )
             elif dep in every_id:
-                problems.append(
+                fixes.append(
                     (
                         f"{path}.depends_on",
                         f"step {who} depends on {dep!r}, which has not appeared earlier "
-                        "(depends_on may only name steps listed before it)",
+                        "(depends_on may only name steps listed before it; dropped from "
+                        "depends_on)",
                     )
                 )
             else:
-                problems.append(
+                fixes.append(
                     (
                         f"{path}.depends_on",
-                        f"step {who} depends on {dep!r}, which is not the id of any step",
+                        f"step {who} depends on {dep!r}, which is not the id of any step "
+                        "(dropped from depends_on)",
                     )
                 )
-        if step_id is not None and step_id not in earlier:
-            earlier[step_id] = position
+        if declared and not positions and fixes:
+            # it meant to wait for something: "after the previous step" is the safe reading
+            where, message = fixes[-1]
+            then = "it now runs after the previous step" if position else "it starts first"
+            fixes[-1] = (where, f"{message}; {then}")
+        if written is not None:
+            earlier[written] = position
         label = step.task if isinstance(step, AgentStep) else step.subtask if step else ""
         entries.append(
             Entry(
@@ -540,11 +589,28 @@ def read_answer(data: Any, rules: AnswerRules) -> Answer:
                 step=step,
                 step_id=step_id,
                 label=label or _text(raw, "task") or _text(raw, "subtask") or "",
-                depends_on=None if declared is None else tuple(dict.fromkeys(positions)),
+                depends_on=(
+                    None
+                    if declared is None or (declared and not positions)
+                    # the same entry named twice is one dependency
+                    else tuple(dict.fromkeys(positions))
+                ),
                 problems=tuple(problems),
+                fixes=tuple(fixes),
             )
         )
     return Answer(entries=tuple(entries), problems=tuple(answer_problems))
+
+
+def _free_id(step_id: str, taken: AbstractSet[str]) -> str:
+    n = 2
+    while True:
+        suffix = f"-{n}"
+        # ids are at most 64 characters (STEP_ID_PATTERN)
+        candidate = step_id[: 64 - len(suffix)] + suffix
+        if candidate not in taken:
+            return candidate
+        n += 1
 
 
 def require_clean(answer: Answer) -> Answer:

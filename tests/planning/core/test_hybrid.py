@@ -241,3 +241,24 @@ def test_hybrid_gives_a_subtask_used_twice_unique_keys_like_static_planning() ->
     assert plan.dependencies == static.dependencies
     repeated = plan.leaf("handle.notify.send-notice")
     assert repeated.inputs["owners"]["$ref"] == "handle.notify.find-owners"
+
+
+def test_the_llm_asked_for_a_case_no_method_covers_is_shown_another_cases_method(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.responder = lambda request: answer(leaf("triage", "incident-commander"))
+    llm = LlmDecomposition(
+        make_client(fake_openai),
+        INCIDENT.agents,
+        max_depth=1,
+        examples=INCIDENT.methods,
+        example_task=INCIDENT.root_task,
+    )
+    HybridDecomposition(StaticDecomposition(INCIDENT.methods), llm).plan(INCIDENT.goal(), DDOS)
+    (request,) = fake_openai.requests
+    assert (
+        "Example: how this domain's own method 'database-outage-response' decomposes "
+        "'respond-to-incident' for another kind of case." in request.user_prompt
+    )
+    assert '"task": "Fail over orders-db"' in request.user_prompt
+    assert "no predefined method applies" in request.user_prompt  # the hint stays

@@ -180,13 +180,15 @@ def test_max_depth_one_repairs_then_drops_subtask_entries_with_a_warning(
     )
     fake_openai.responder = lambda request: stubborn
     plan = planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
-    assert len(fake_openai.requests) == 3  # the call plus two repair requests
+    # the call and one repair request: the same answer again ends the repairs
+    assert len(fake_openai.requests) == 2
     assert "steps.1: is a subtask" in fake_openai.requests[1].last_user_prompt
     assert [leaf.key for leaf in plan.leaves] == ["a", "b"]
     # b depended on the dropped entry, which came after a: it now waits for a
     assert plan.dependencies["b"] == {"a"}
     (warning,) = plan.warnings
     assert "'deep' ('dig-deeper')" in warning and "max_depth=1" in warning
+    assert "after 1 repair request(s) (the model repeated an earlier answer" in warning
 
 
 def test_entries_past_the_ceiling_are_dropped_at_the_last_level_of_a_deeper_plan(
@@ -200,7 +202,7 @@ def test_entries_past_the_ceiling_are_dropped_at_the_last_level_of_a_deeper_plan
     )
     plan = planner(fake_openai, max_depth=2).plan(FRAUD, STATE)
     assert [leaf.key for leaf in plan.leaves] == ["s.a"]
-    assert len(fake_openai.requests) == 4  # the root, then gather with its two repairs
+    assert len(fake_openai.requests) == 3  # the root, then gather and one repair (repeated)
     assert any("too-deep" in w for w in plan.warnings)
 
 
@@ -250,37 +252,49 @@ def test_repairs_exhausted_fail_without_a_plan(fake_openai: FakeOpenAIServer) ->
     assert "2 repair" in message
 
 
-def test_a_cycle_is_sent_back_for_repair(fake_openai: FakeOpenAIServer) -> None:
-    fake_openai.enqueue(
-        answer(leaf("a", depends_on=["b"]), leaf("b", depends_on=["a"])),
-        answer(leaf("a"), leaf("b", depends_on=["a"])),
-    )
+def test_a_cycle_loses_the_reference_that_looks_ahead_and_keeps_both_steps(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.enqueue(answer(leaf("a", depends_on=["b"]), leaf("b", depends_on=["a"])))
     plan = planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
+    assert len(fake_openai.requests) == 1  # nothing to repair: the reference is dropped
+    assert [leaf.key for leaf in plan.leaves] == ["a", "b"]
+    assert plan.dependencies["a"] == frozenset()
     assert plan.dependencies["b"] == {"a"}
-    assert "depends on 'b', which has not appeared earlier" in (
-        fake_openai.requests[1].last_user_prompt
-    )
-
-
-def test_a_persistent_cycle_loses_the_step_that_looks_ahead(fake_openai: FakeOpenAIServer) -> None:
-    cyclic = answer(leaf("a", depends_on=["b"]), leaf("b", depends_on=["a"]))
-    fake_openai.responder = lambda request: cyclic
-    plan = planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
-    assert [leaf.key for leaf in plan.leaves] == ["b"]
-    assert plan.dependencies["b"] == frozenset()  # what a waited for: nothing earlier
     (warning,) = plan.warnings
-    assert "dropped step 'a'" in warning and "has not appeared earlier" in warning
+    assert warning.startswith("step 'a' ('do a') of goal 'investigate-fraud' at depth 0:")
+    assert "depends on 'b', which has not appeared earlier" in warning
+    assert "dropped from depends_on" in warning
 
 
-def test_self_dependency_and_duplicate_ids_are_repaired(fake_openai: FakeOpenAIServer) -> None:
+def test_a_self_dependency_is_dropped_and_a_reused_id_renamed_with_warnings(
+    fake_openai: FakeOpenAIServer,
+) -> None:
     fake_openai.enqueue(
-        answer(leaf("a", depends_on=["a"]), leaf("a")),
-        answer(leaf("a"), leaf("b")),
+        answer(
+            leaf("a", depends_on=["a"]),
+            leaf("a", task="do it again", depends_on=["a"]),
+            leaf("b", depends_on=["a"]),
+        )
     )
-    planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
-    error = fake_openai.requests[1].last_user_prompt
-    assert "cannot depend on itself" in error
-    assert "used twice" in error
+    plan = planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
+    assert len(fake_openai.requests) == 1
+    assert [leaf.key for leaf in plan.leaves] == ["a", "a-2", "b"]
+    assert plan.leaf("a-2").task == "do it again"
+    # a reference to a reused id means the nearest step before it that carried the id
+    assert plan.dependencies["a-2"] == {"a"}
+    assert plan.dependencies["b"] == {"a-2"}
+    itself, renamed = plan.warnings
+    assert "step 'a' ('do a')" in itself and "cannot depend on itself" in itself
+    assert "step 'a-2' ('do it again')" in renamed and "renamed 'a-2'" in renamed
+
+
+def test_a_renamed_id_does_not_take_an_id_the_answer_uses_later(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.enqueue(answer(leaf("a"), leaf("a"), leaf("a-2")))
+    plan = planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
+    assert [leaf.key for leaf in plan.leaves] == ["a", "a-3", "a-2"]
 
 
 def test_unknown_agents_get_repair_requests_then_are_dropped_with_a_warning(
@@ -289,7 +303,7 @@ def test_unknown_agents_get_repair_requests_then_are_dropped_with_a_warning(
     stubborn = answer(leaf("a"), leaf("b", "oracle", "consult the oracle"), leaf("c", "writer"))
     fake_openai.responder = lambda request: stubborn
     plan = planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
-    assert len(fake_openai.requests) == 3
+    assert len(fake_openai.requests) == 2  # the answer came back unchanged: no third call
     assert (
         "steps.1.agent: 'oracle' is not one of the available agents (analyst, investigator, "
         "writer)" in fake_openai.requests[1].last_user_prompt
@@ -429,7 +443,7 @@ def test_the_fanout_budget_fails_cleanly_after_the_repairs_and_is_stated_in_the_
         llm.plan(FRAUD, STATE)
     assert (excinfo.value.budget, excinfo.value.limit, excinfo.value.used) == ("fan_out", 4, 5)
     assert "At most 4 steps" in fake_openai.requests[0].system_prompt
-    assert len(fake_openai.requests) == 3
+    assert len(fake_openai.requests) == 2  # the same answer twice ends the repairs
 
 
 def test_a_repeated_goal_is_answered_from_the_cache(fake_openai: FakeOpenAIServer) -> None:
@@ -495,16 +509,17 @@ def test_one_invalid_entry_among_valid_ones_is_dropped_with_a_warning_after_the_
     records: list[LlmCallRecord] = []
     plan = planner(fake_openai, max_depth=1, records=records).plan(FRAUD, STATE)
 
-    assert len(fake_openai.requests) == 3  # the call and two repair requests quoting the entry
-    assert all(
-        "steps.1.task: Field required" in r.last_user_prompt for r in fake_openai.requests[1:]
-    )
+    assert len(fake_openai.requests) == 2  # the call and a repair request quoting the entry
+    assert "steps.1.task: Field required" in fake_openai.requests[1].last_user_prompt
     assert [leaf.key for leaf in plan.leaves] == ["a", "c"]
     assert plan.dependencies["c"] == {"a"}  # c waited for b, which waited for a
     (warning,) = plan.warnings
     assert "dropped step 'b'" in warning and "'investigate-fraud'" in warning
-    assert warning.endswith("still invalid after 2 repair request(s): task: Field required")
-    assert plan.leaf("a").provenance.source == "llm:3"
+    assert warning.endswith(
+        "still invalid after 1 repair request(s) (the model repeated an earlier answer word "
+        "for word, so the 1 repair request(s) left were not sent): task: Field required"
+    )
+    assert plan.leaf("a").provenance.source == "llm:2"
     assert all(r.error and "steps.1.task" in r.error for r in records)  # the trail says why
 
 
@@ -623,21 +638,7 @@ def test_without_an_llm_or_human_agent_planning_fails_telling_the_admin_what_to_
 # -- depends_on names earlier siblings only (seed 002) ------------------------------------------
 
 
-def test_a_forward_reference_gets_a_repair_request_quoting_it(
-    fake_openai: FakeOpenAIServer,
-) -> None:
-    fake_openai.enqueue(
-        answer(leaf("1", depends_on=["2"]), leaf("2", depends_on=[])),
-        answer(leaf("1", depends_on=[]), leaf("2", depends_on=["1"])),
-    )
-    plan = planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
-    assert "- steps.0.depends_on: step '1' depends on '2', which has not appeared earlier" in (
-        fake_openai.requests[1].last_user_prompt
-    )
-    assert plan.dependencies["2"] == {"1"}
-
-
-def test_a_persistent_forward_reference_is_dropped_with_a_warning(
+def test_a_forward_reference_is_dropped_with_a_warning_and_the_step_kept(
     fake_openai: FakeOpenAIServer,
 ) -> None:
     fake_openai.responder = by_goal(
@@ -647,18 +648,63 @@ def test_a_persistent_forward_reference_is_dropped_with_a_warning(
         }
     )
     plan = planner(fake_openai).plan(FRAUD, STATE)
-    assert [leaf.key for leaf in plan.leaves] == ["s.1", "s.3"]
+    assert len(fake_openai.requests) == 2  # no repair request for a reference
+    assert [leaf.key for leaf in plan.leaves] == ["s.1", "s.2", "s.3"]
+    assert plan.dependencies["s.2"] == {"s.1"}  # it named nothing earlier: after the previous
     assert plan.dependencies["s.3"] == {"s.1"}
     (warning,) = plan.warnings
-    assert "dropped step '2'" in warning and "which has not appeared earlier" in warning
+    assert "step '2' ('do 2') of goal 'gather' at depth 1" in warning
+    assert "depends on '3', which has not appeared earlier" in warning
+    assert warning.endswith("it now runs after the previous step")
 
 
-def test_a_reference_to_no_step_at_all_is_named_as_such(fake_openai: FakeOpenAIServer) -> None:
-    fake_openai.enqueue(answer(leaf("a", depends_on=["ghost"])), answer(leaf("a")))
-    planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
-    assert "depends on 'ghost', which is not the id of any step" in (
-        fake_openai.requests[1].last_user_prompt
+def test_a_reference_to_no_step_at_all_is_dropped_and_the_good_ones_kept(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.enqueue(
+        answer(leaf("a"), leaf("b", depends_on=[]), leaf("c", depends_on=["ghost", "b"]))
     )
+    plan = planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
+    assert len(fake_openai.requests) == 1
+    assert plan.dependencies["c"] == {"b"}
+    (warning,) = plan.warnings
+    assert "depends on 'ghost', which is not the id of any step" in warning
+
+
+def test_an_answer_of_invented_references_and_one_reused_id_keeps_every_step(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    # what a very small model answers: the format's example id for every step, made-up ids
+    fake_openai.enqueue(
+        answer(
+            leaf("review-data", task="review the ledger", depends_on=["step-0"]),
+            leaf("review-data", task="interview the vendor", depends_on=["step-1"]),
+            leaf("review-data", "writer", task="write the report", depends_on=["step-2"]),
+        )
+    )
+    plan = planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
+    assert len(fake_openai.requests) == 1
+    assert [leaf.key for leaf in plan.leaves] == ["review-data", "review-data-2", "review-data-3"]
+    assert plan.dependencies["review-data-2"] == {"review-data"}
+    assert plan.dependencies["review-data-3"] == {"review-data-2"}
+    assert len(plan.warnings) == 5  # three dropped references, two renamed ids
+
+
+def test_a_repair_sent_for_another_problem_also_quotes_the_references_to_fix(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.enqueue(
+        answer(leaf("a", depends_on=["ghost"]), leaf("b", "oracle")),
+        answer(leaf("a"), leaf("b")),
+    )
+    plan = planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
+    repair = fake_openai.requests[1].last_user_prompt
+    assert "steps.1.agent: 'oracle' is not one of the available agents" in repair
+    assert (
+        "steps.0.depends_on: step 'a' depends on 'ghost', which is not the id of any step "
+        "(dropped from depends_on)" in repair
+    )
+    assert plan.warnings == ()  # the repaired answer had nothing left to fix
 
 
 # -- concurrency is the client's setting --------------------------------------------------------
@@ -712,3 +758,94 @@ def test_a_planner_agents_instructions_open_the_system_prompt_and_the_format_sta
     nested, last = sorted(fake_openai.requests, key=lambda r: r.started_at)
     assert "subtask" in nested.system_prompt
     assert "subtask" not in last.system_prompt.lower()
+
+
+# -- repair requests move on, and a repeated answer ends them -----------------------------------
+
+
+def test_repair_requests_quote_the_problems_and_change_between_rounds(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    no_task = {"id": "b", "agent": "analyst", "rationale": "r", "depends_on": None}
+    fake_openai.enqueue(
+        answer(leaf("a"), leaf("b", "oracle")),
+        answer(leaf("a", "oracle"), leaf("b", "oracle")),  # different, same kind of problem
+        answer(leaf("a"), no_task),
+    )
+    plan = planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
+    first, second = (r.last_user_prompt for r in fake_openai.requests[1:])
+    assert first.startswith("Your previous answer could not be used (repair request 1 of 2):")
+    assert "- steps.1.agent: 'oracle' is not one of the available agents" in first
+    assert "last request" not in first
+    assert second.startswith("Your answer still could not be used (repair request 2 of 2):")
+    assert "- steps.0.agent: 'oracle' is not one of the available agents" in second
+    assert "last request: steps that are still wrong are left out" in second
+    assert "same problems" not in second  # the problems changed
+    assert [leaf.key for leaf in plan.leaves] == ["a"]
+
+
+def test_a_second_round_with_the_same_problems_says_so(fake_openai: FakeOpenAIServer) -> None:
+    fake_openai.enqueue(
+        answer(leaf("a", "oracle")),
+        answer(leaf("a", "oracle", task="ask the oracle")),  # another text, the same problem
+        answer(leaf("a")),
+    )
+    planner(fake_openai, max_depth=1, max_repairs=3).plan(FRAUD, STATE)
+    first, second = (r.last_user_prompt for r in fake_openai.requests[1:])
+    assert "same problems" not in first
+    assert "repair request 2 of 3" in second
+    assert "These are the same problems as in your previous answer" in second
+    assert "last request" not in second
+
+
+def test_the_same_answer_twice_ends_the_repairs_with_a_clear_reason(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.responder = lambda request: answer(leaf("a", "oracle"))
+    llm = planner(fake_openai, max_depth=1, max_repairs=4)
+    with pytest.raises(LlmPlanningError) as excinfo:
+        llm.plan(FRAUD, STATE)
+    assert len(fake_openai.requests) == 2  # not the five calls four repairs would spend
+    message = str(excinfo.value)
+    assert message.startswith(
+        "the LLM returned no usable step for goal 'investigate-fraud' at depth 0 after 1 repair "
+        "request(s) (the model repeated an earlier answer word for word, so the 3 repair "
+        "request(s) left were not sent):"
+    )
+    assert "'oracle' is not one of the available agents" in message
+
+
+def test_a_repeat_is_the_same_json_whatever_its_spacing_or_fence(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    bad = {"steps": [leaf("a", "oracle")]}
+    fake_openai.enqueue(
+        json.dumps(bad),
+        "```json\n" + json.dumps(bad, indent=2) + "\n```",
+        answer(leaf("a")),
+    )
+    with pytest.raises(LlmPlanningError, match="repeated an earlier answer"):
+        planner(fake_openai, max_depth=1).plan(FRAUD, STATE)
+    assert len(fake_openai.requests) == 2
+
+
+def test_an_earlier_answer_coming_back_later_also_ends_the_repairs(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    first = answer(leaf("a", "oracle"))
+    fake_openai.enqueue(first, "not json", first, answer(leaf("a")))
+    with pytest.raises(LlmPlanningError, match="after 2 repair request"):
+        planner(fake_openai, max_depth=1, max_repairs=4).plan(FRAUD, STATE)
+    assert len(fake_openai.requests) == 3
+
+
+def test_an_answer_from_the_cache_carries_the_warnings_of_its_fixed_references(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.responder = lambda request: answer(leaf("a"), leaf("b", depends_on=["ghost"]))
+    cache = InMemoryDecompositionCache()
+    first = planner(fake_openai, max_depth=1, cache=cache).plan(FRAUD, STATE)
+    second = planner(fake_openai, max_depth=1, cache=cache).plan(FRAUD, STATE)
+    assert len(fake_openai.requests) == 1
+    assert second.warnings == first.warnings and len(first.warnings) == 1
+    assert second.dependencies == first.dependencies
