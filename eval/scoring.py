@@ -4,7 +4,8 @@ Leaves are matched one to one, greedily, best pair first: a pair with the same t
 that, a pair with the same agent whose tasks share a content word (the more they share, the
 better; a pair whose tools differ never matches). Node F1 is over the matched leaves; edge F1
 over the edges of the two transitive reductions, an edge counting when both its ends are matched
-and the reference has the edge between their partners (two plans without any edge: 1.0).
+and the reference has the edge between their partners (two plans without any edge: the node
+F1).
 """
 
 from __future__ import annotations
@@ -131,11 +132,8 @@ def overlap(plan: DagPlan, reference: DagPlan) -> Overlap:
         for before, after in predicted
         if before in partner and after in partner and (partner[before], partner[after]) in expected
     )
-    edge = (
-        (1.0, 1.0, 1.0)
-        if not predicted and not expected
-        else _f1(correct, len(predicted), len(expected))
-    )
+    # with no edge on either side there is no order to get wrong: the steps decide
+    edge = node if not predicted and not expected else _f1(correct, len(predicted), len(expected))
     return Overlap(
         matched=len(pairs),
         node_precision=node[0],
@@ -177,7 +175,7 @@ def constraint_failures(plan: DagPlan, constraints: Constraints) -> list[Failure
                 failures.append(
                     Failure(
                         check="constraint.order",
-                        detail=f"{leaf.key!r} ({after}) runs without a {before} step before it",
+                        detail=f"{leaf.key!r} ({after}) has no {before} step upstream",
                     )
                 )
     if len(plan.leaves) > constraints.max_leaves:

@@ -6,7 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from eval.__main__ import main
+from eval.fake_model import respond
+from tests.fakes.openai_server import FakeOpenAIServer
 
 SUBSET = ["--goals", "fraud-01", "incident-05", "general-04"]
 
@@ -67,3 +71,36 @@ def test_two_runs_on_the_fake_model_score_the_same(tmp_path: Path) -> None:
 def test_an_unknown_strategy_is_refused(tmp_path: Path) -> None:
     assert main([*SUBSET, "--out", str(tmp_path), "--strategies", "magic"]) == 2
     assert not (tmp_path / "fake-model.json").exists()
+
+
+def test_a_named_model_on_openai_base_url_is_evaluated_and_priced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeOpenAIServer(model="local-model", responder=respond) as server:
+        base_url = server.base_url
+        monkeypatch.setenv("OPENAI_BASE_URL", base_url)
+        monkeypatch.setenv("CASEHUB_LLM_MODEL", "local/model:q4")
+        monkeypatch.setenv("CASEHUB_LLM_PRICES", "local/model:q4=1/2")
+        code = main(
+            [
+                *SUBSET,
+                "--out",
+                str(tmp_path),
+                "--quiet",
+                "--strategies",
+                "llm-d1",
+                "--server-version",
+                "llama.cpp b1234",
+            ]
+        )
+        assert code == 0
+        sent = {request.body["model"] for request in server.requests}
+    assert sent == {"local/model:q4"}
+    results = json.loads((tmp_path / "local_model_q4.json").read_text())
+    assert (results["model"], results["server"]) == ("local/model:q4", base_url)
+    assert results["server_version"] == "llama.cpp b1234"
+    run = results["runs"][0]
+    # prompt tokens at $1 and completion tokens at $2 per million; the fake reports chars / 4
+    assert run["tokens"] > 0
+    assert 0 < run["cost_usd"] <= 2 * run["tokens"] / 1_000_000
+    assert (tmp_path / "local_model_q4.md").exists()

@@ -93,9 +93,16 @@ def test_without_a_tool_leaves_match_by_agent_and_a_shared_word() -> None:
     assert overlap(other_agent, reference).node_f1 == 0.0
 
 
-def test_two_plans_without_edges_have_edge_f1_one_and_one_with_edges_zero() -> None:
+def test_two_plans_without_edges_have_their_node_f1_as_edge_f1() -> None:
     single = flat_plan(("a", "investigator", None, "Interview the customer", ()))
+    pair = flat_plan(
+        ("a", "investigator", None, "Interview the customer", ()),
+        ("b", "legal-counsel", None, "Review", ()),
+    )
+    stranger = flat_plan(("z", "fraud-analyst", None, "Something else", ()))
     assert overlap(single, single).edge_f1 == 1.0
+    assert overlap(pair, single).edge_f1 == pytest.approx(2 / 3)
+    assert overlap(stranger, single).edge_f1 == 0.0
     assert overlap(single, CHAIN).edge_f1 == 0.0
 
 
