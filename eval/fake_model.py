@@ -5,9 +5,10 @@ OpenAI-compatible server of the tests) from the request alone, so two runs give 
 it picks the offered agents whose name, description and capabilities share words with the goal,
 gives each a task built from its first capability, and orders the steps as a diamond (the first
 step, the middle ones after it, the last after all). Above the last level it keeps the first
-agent as a step and hands the rest to one subtask. For about one goal in three its first answer
-names a step id that does not exist (`depends_on: ["s0"]`), the mistake small models make; a
-repair request gets the answer without it.
+agent as a step and hands the rest to one subtask. For about one request in three (chosen by a
+hash of its goal and description) its first answer names a step id that does not exist
+(`depends_on: ["s0"]`), the mistake small models make; a repair request gets the answer without
+it.
 """
 
 from __future__ import annotations
