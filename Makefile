@@ -4,7 +4,7 @@ PORT ?= 8000
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test fuzz lint format typecheck scenarios bench llm-check venv clean
+.PHONY: run test fuzz lint format typecheck scenarios bench eval llm-check venv clean
 
 venv: $(VENV)/.installed
 
@@ -51,6 +51,11 @@ bench: venv
 	@if [ ! -f $(VENV)/.installed-bench ] || [ pyproject.toml -nt $(VENV)/.installed-bench ]; then \
 	  $(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]' && touch $(VENV)/.installed-bench; fi
 	SECRET_KEY=$${SECRET_KEY:-bench-only-not-a-secret} $(PY) -m bench
+
+## eval: plan the evaluation set (eval/goals) with every strategy and score the plans; the fake
+## model by default, a real one with OPENAI_BASE_URL and CASEHUB_LLM_MODEL (ARGS="--goals fraud")
+eval: venv
+	$(PY) -m eval $(ARGS)
 
 ## llm-check: plan three cases through `make run` with a real local model (llama.cpp, SmolLM2)
 llm-check: venv

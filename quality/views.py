@@ -20,6 +20,7 @@ from django.views.decorators.http import require_GET
 from planning import rules
 from planning.catalogue import registered_packs
 from planning.models import Case, Strategy
+from quality.evaluations import read_evaluations
 from quality.queries import (
     CASE_TABLE_LIMIT,
     NO_PACK,
@@ -187,3 +188,16 @@ def case_quality_page(request: HtmxHttpRequest, case_id: int) -> HttpResponse:
         "case": Case(pk=row.case_id, title=row.title) if titles else None,
     }
     return render(request, "quality/quality_case.html", context)
+
+
+@require_GET
+def plan_evaluation(request: HtmxHttpRequest) -> HttpResponse:
+    """Show how good each strategy's plans are against the evaluation set's reference plans,
+    per model that `make eval` was run on.
+
+    Raises PermissionDenied unless the user is a compliance officer or an admin.
+    """
+    _require_reader(request)
+    evaluations = read_evaluations()
+    context = {"evaluations": evaluations, "data": evaluations.chart_data()}
+    return render(request, "quality/plan_evaluation.html", context)

@@ -83,3 +83,25 @@ def test_the_officer_sees_every_quality_plot_drawn_without_csp_violations(
     page.screenshot(path=str(shots / "case-quality.png"), full_page=True)
     assert page.evaluate("window.__cspViolations") == []
     assert problems == []
+
+
+def test_the_officer_sees_the_plan_evaluation_plot_drawn_without_csp_violations(
+    page: Any, transactional_db: None, officer: Any
+) -> None:
+    shots = Path(os.environ.get("CASEHUB_QUALITY_SHOTS", django_settings.VAR_DIR / "quality-shots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    problems = _watch_console(page)
+    page.add_init_script(WATCH_CSP)
+    page.set_viewport_size({"width": 1300, "height": 1000})
+    _log_in(page, officer.username)
+    page.click('a[data-nav="quality"]')
+    page.click('a[data-link="plan-evaluation"]')
+    page.wait_for_selector('[data-page="plan-evaluation"]')
+    # the committed results of the fake model (eval/results/fake-model.json)
+    page.wait_for_selector('#chart-model-1[data-drawn="true"]')
+    page.wait_for_timeout(300)
+    assert page.evaluate(INKED_PIXELS, "chart-model-1") > 500
+    assert page.evaluate("window.__cspViolations") == []
+    assert problems == []
+    assert page.locator('section[data-model="fake-model"] tr[data-strategy]').count() == 7
+    page.screenshot(path=str(shots / "plan-evaluation.png"), full_page=True)

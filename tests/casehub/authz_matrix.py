@@ -75,6 +75,7 @@ oversight:notification-read                       401  404  404  ok   404  404  
 quality:quality                                   401  403  403  ok   ok   403  ok   403
 quality:quality-csv                               401  403  403  ok   ok   403  ok   403 q=table=cases
 quality:case-quality                              401  403  403  ok   ok   403  ok   403
+quality:plan-evaluation                           401  403  403  ok   ok   403  ok   403
 oversight:audit-list                              401  403  403  403  403  ok   403  403 hx=audit-table
 oversight:case-trail                              401  403  403  403  403  ok   403  403 hx=trail-events
 oversight:case-trail-export                       401  403  403  403  403  ok   403  403
