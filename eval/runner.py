@@ -87,7 +87,15 @@ def _strategy(
     client = LlmClient(settings, on_call=calls)
     agents = catalogue_for(pack).agents.values()
     depth = spec.depth or HYBRID_DEPTH
-    llm = LlmDecomposition(client, tuple(agents), max_depth=depth, budgets=BUDGETS)
+    # as planning/planner.py builds it: the pack's code methods give the prompt its example
+    llm = LlmDecomposition(
+        client,
+        tuple(agents),
+        max_depth=depth,
+        budgets=BUDGETS,
+        examples=pack.methods if pack else None,
+        example_task=pack.root_task if pack else "",
+    )
     if spec.kind == "llm":
         return llm, client
     return HybridDecomposition(
