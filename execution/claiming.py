@@ -319,14 +319,32 @@ def claim_data(claim: Claim, worker: str, *, before: str = NodeStatus.READY) -> 
     }
 
 
-def take_leaf(node: PlanNode, case: Case, worker: str, *, audit: Audit) -> Claim | str:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewAttempt:
+    """The attempt row a claim starts, for a caller that inserts it with its own writes."""
+
+    node_id: int
+    number: int
+    worker: str
+    started_at: datetime
+
+
+def take_leaf(
+    node: PlanNode,
+    case: Case,
+    worker: str,
+    *,
+    audit: Audit,
+    started: list[NewAttempt] | None = None,
+) -> Claim | str:
     """Claim a locked `ready` (or due `retrying`) leaf of a running case: approvals, routing,
     then `running`.
 
     Returns the claim, or why the leaf may not run now (its state, waiting for a new approval
     or an escalation, is changed and audited in the caller's transaction). The caller audits
     the claim itself in its `audit` block: in an event of its own, or in the completion that
-    handed it over.
+    handed it over. With `started`, the claim's attempt row is appended there for the caller to
+    insert in its transaction (with its other writes, in one statement) instead of here.
     """
     now = timezone.now()
     approvals = _approvals(node, case, now)
@@ -372,7 +390,12 @@ def take_leaf(node: PlanNode, case: Case, worker: str, *, audit: Audit) -> Claim
         next_attempt_at=None,
         routing=routing.as_data(),
     )
-    LeafAttempt.objects.create(node=node, number=attempt, worker=worker[:255], started_at=now)
+    if started is None:
+        LeafAttempt.objects.create(node=node, number=attempt, worker=worker[:255], started_at=now)
+    else:
+        started.append(
+            NewAttempt(node_id=node.pk, number=attempt, worker=worker[:255], started_at=now)
+        )
     return Claim(
         node_id=node.pk,
         case_id=case.pk,
