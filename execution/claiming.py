@@ -34,7 +34,7 @@ from oversight.actions.gates import open_escalation_gate, reopen_gate
 from oversight.models import Gate, GateKind, GateStatus, PolicyVersion
 from oversight.policy import PolicySettings
 from planning.models import Agent, Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
-from planning.transitions import move_case, move_node, move_nodes
+from planning.transitions import move_case, move_node, release_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -115,23 +115,10 @@ def mark_ready(
     pending = list(query.select_for_update().order_by("pk"))
     if not pending:
         return []
-    # Only the statuses of the leaves the candidates wait for (the unique (version, key) index),
-    # not the whole plan's: a completion costs the same in a plan of 10 leaves or of 1,000.
-    waited_for = {dep for node in pending for dep in node.depends_on}
-    statuses = dict(
-        PlanNode.objects.filter(version=version, kind=LEAF, key__in=waited_for).values_list(
-            "key", "status"
-        )
-    )
-    ready = [
-        node
-        for node in pending
-        if all(statuses.get(dep) == NodeStatus.SUCCEEDED for dep in node.depends_on)
-    ]
-    if not ready:
-        return []
-    # The candidates are locked above: one statement moves them all.
-    move_nodes(ready, to=NodeStatus.READY, audit=audit, enqueued_at=timezone.now())
+    # The candidates are locked above: one statement checks the statuses of the leaves they wait
+    # for (the unique (version, key) index, not the whole plan's: a completion costs the same in
+    # a plan of 10 leaves or of 1,000) and moves those whose dependencies all succeeded.
+    ready = release_nodes(pending, audit=audit, enqueued_at=timezone.now())
     for node in ready:
         node.version = version
     return ready
