@@ -148,17 +148,18 @@ class Audit:
         `now` appends them (and any added before) at once: before the block takes a row (the
         deadline sweeps' lock order) or so that they precede the events of a block nested in it.
         """
-        self._require_open()
+        self.require_open()
         self._pending.extend(events)
         if now:
             self._flush()
 
     def cover(self, moved: Iterable[Moved]) -> None:
         """Record moves the block's events cover (the move functions call it)."""
-        self._require_open()
+        self.require_open()
         self.moved.extend(moved)
 
-    def _require_open(self) -> None:
+    def require_open(self) -> None:
+        """Raise RuntimeError unless the audited block is still open (a move checks it first)."""
         if not self._open:
             raise RuntimeError("the audited block of this move has ended")
 
@@ -242,7 +243,7 @@ def move_rows(
     sources = table.sources(to) if from_ is None else frozenset(str(s) for s in from_)
     for before in sorted(sources):
         table.check(before, to)
-    audit._require_open()
+    audit.require_open()
     if isinstance(rows, QuerySet):
         model = rows.model
         found = [

@@ -186,6 +186,7 @@ def run() -> dict[str, float]:
                     worker.kill()
                     worker.wait()
             profile = _read_profile(var_dir)
+            stats = _read_cprofile(var_dir)
     finally:
         if os.environ.get("CASEHUB_BENCH_KEEP_DB") != "1":
             _recreate(admin_url, name, drop_only=True)
@@ -196,6 +197,8 @@ def run() -> dict[str, float]:
     _print_comparison(ours, theirs, dbos, figures)
     if profile:
         _print_profile(profile)
+    if stats:
+        print(stats, flush=True)
     return figures
 
 
@@ -349,6 +352,21 @@ def _read_profile(var_dir: Path) -> list[dict[str, Any]]:
     for path in var_dir.glob("profile-*.jsonl"):
         rows.extend(json.loads(line) for line in path.read_text().splitlines() if line)
     return rows
+
+
+def _read_cprofile(var_dir: Path, top: int = 25) -> str:
+    """Return the top lines (by own time, then cumulative) of the pool processes' cProfile."""
+    import io
+    import pstats
+
+    paths = sorted(str(p) for p in var_dir.glob("cprofile-*.prof"))
+    if not paths:
+        return ""
+    out = io.StringIO()
+    stats = pstats.Stats(*paths, stream=out)
+    stats.strip_dirs().sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+    return out.getvalue()
 
 
 def _print_profile(rows: list[dict[str, Any]]) -> None:

@@ -6,11 +6,16 @@ the broker) with timers, then starts ``celery -A casehub worker`` in the same pr
 children fork with the wrappers in place. Each call appends a line to
 ``VAR_DIR/profile-<pid>.jsonl``: the phase, its milliseconds and the SQL queries of the
 worker's thread during it (calls nest: `complete_leaf` contains `release_ready`, which
-contains `append_event` …). Nothing in the application changes.
+contains `append_event` …). With ``CASEHUB_BENCH_CPROFILE=1`` each pool process also runs its
+`execute_leaf` calls under cProfile and writes the stats to ``VAR_DIR/cprofile-<pid>.prof`` (every
+50 calls and at exit; cProfile slows the worker, so its CPU figure is not the plain one). Nothing
+in the application changes.
 """
 
 from __future__ import annotations
 
+import atexit
+import cProfile
 import functools
 import json
 import os
@@ -56,6 +61,32 @@ def _timed(var_dir: Path, phase: str, func: Callable[..., Any]) -> Callable[...,
     return wrapper
 
 
+def _profiled(var_dir: Path, func: Callable[..., Any]) -> Callable[..., Any]:
+    profiles: dict[int, tuple[cProfile.Profile, list[int]]] = {}
+
+    def dump(pid: int) -> None:
+        profile, _ = profiles[pid]
+        profile.dump_stats(str(var_dir / f"cprofile-{pid}.prof"))
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        pid = os.getpid()
+        if pid not in profiles:
+            profiles[pid] = (cProfile.Profile(), [0])
+            atexit.register(dump, pid)
+        profile, calls = profiles[pid]
+        profile.enable()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            profile.disable()
+            calls[0] += 1
+            if calls[0] % 50 == 0:
+                dump(pid)
+
+    return wrapper
+
+
 def install(var_dir: Path) -> None:
     """Wrap the execution path's functions with timers and count queries on every connection."""
     import django
@@ -67,7 +98,16 @@ def install(var_dir: Path) -> None:
 
     from execution import dispatch, runners
 
-    parts = ("common", "claiming", "ending", "work_items", "cases", "reconcile", "worker")
+    parts = (
+        "common",
+        "claiming",
+        "ending",
+        "work_items",
+        "cases",
+        "reconcile",
+        "worker",
+        "actions",
+    )
     modules = [
         *(importlib.import_module(f"execution.{part}") for part in parts),
         importlib.import_module("execution.trust_actions"),
@@ -106,6 +146,8 @@ def install(var_dir: Path) -> None:
         label = f"{owner.__name__.rsplit('.', 1)[-1]}.{name}"
         original = getattr(owner, name)
         wrapped = _timed(var_dir, label, original)
+        if name == "execute_leaf" and os.environ.get("CASEHUB_BENCH_CPROFILE") == "1":
+            wrapped = _profiled(var_dir, wrapped)
         for module in modules:
             if getattr(module, name, None) is original:
                 setattr(module, name, wrapped)

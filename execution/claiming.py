@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Exists, Q
 from django.utils import timezone
 
@@ -29,11 +29,12 @@ from execution.common import (
 )
 from execution.models import ExecutionControl, LeafAttempt, TrustScore
 from execution.trust_actions import effective_trust
-from oversight.actions.gate_policy import active_policy
+from oversight.actions.gate_policy import active_policy, policy_settings
 from oversight.actions.opening import open_escalation_gate, reopen_gate
-from oversight.models import Gate, GateKind, GateStatus
+from oversight.models import Gate, GateKind, GateStatus, PolicyVersion
+from oversight.policy import PolicySettings
 from planning.models import Agent, Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
-from planning.transitions import move_case, move_node, move_nodes
+from planning.transitions import move_case, move_node, release_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -114,23 +115,10 @@ def mark_ready(
     pending = list(query.select_for_update().order_by("pk"))
     if not pending:
         return []
-    # Only the statuses of the leaves the candidates wait for (the unique (version, key) index),
-    # not the whole plan's: a completion costs the same in a plan of 10 leaves or of 1,000.
-    waited_for = {dep for node in pending for dep in node.depends_on}
-    statuses = dict(
-        PlanNode.objects.filter(version=version, kind=LEAF, key__in=waited_for).values_list(
-            "key", "status"
-        )
-    )
-    ready = [
-        node
-        for node in pending
-        if all(statuses.get(dep) == NodeStatus.SUCCEEDED for dep in node.depends_on)
-    ]
-    if not ready:
-        return []
-    # The candidates are locked above: one statement moves them all.
-    move_nodes(ready, to=NodeStatus.READY, audit=audit, enqueued_at=timezone.now())
+    # The candidates are locked above: one statement checks the statuses of the leaves they wait
+    # for (the unique (version, key) index, not the whole plan's: a completion costs the same in
+    # a plan of 10 leaves or of 1,000) and moves those whose dependencies all succeeded.
+    ready = release_nodes(pending, audit=audit, enqueued_at=timezone.now())
     for node in ready:
         node.version = version
     return ready
@@ -140,30 +128,135 @@ def mark_ready(
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class _GateRow:
+    """What a claim reads of one of its leaf's gates."""
+
+    pk: int
+    kind: str
+    status: str
+    content_hash: str
+    approval_expires_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _ClaimFacts:
+    """The rows a claim checks, read together: the leaf's gates (the plan's and its own, by id),
+    its planned agent with its trust scores, and the active policy's settings."""
+
+    gates: list[_GateRow]
+    agent: Agent | None
+    scores: list[TrustScore]
+    policy: PolicySettings
+
+
+# One statement (PostgreSQL): every value a claim's checks read, as JSON, each from its own
+# subquery. The gates are those `_approvals` reads; the policy is the one active version.
+_CLAIM_FACTS_SQL = """
+SELECT
+  (SELECT COALESCE(json_agg(json_build_object('id', g.id, 'kind', g.kind, 'status', g.status,
+            'content_hash', g.content_hash, 'expires', g.approval_expires_at) ORDER BY g.id),
+          '[]'::json)
+     FROM {gate} g
+    WHERE g.version_id = %s AND (g.kind = %s OR (g.kind IN (%s, %s) AND g.node_id = %s))),
+  (SELECT row_to_json(a) FROM {agent} a WHERE a.slug = %s),
+  (SELECT COALESCE(json_agg(json_build_object('id', s.id, 'agent_id', s.agent_id,
+            'capability', s.capability, 'successes', s.successes, 'failures', s.failures,
+            'updated_at', s.updated_at) ORDER BY s.capability), '[]'::json)
+     FROM {score} s WHERE s.agent_id IN (SELECT a.id FROM {agent} a WHERE a.slug = %s)),
+  (SELECT json_build_object('number', p.number, 'values', p.values)
+     FROM {policy} p WHERE p.status = %s ORDER BY p.number DESC LIMIT 1)
+"""
+
+
+def _when(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text is not None else None
+
+
+def _claim_facts(node: PlanNode) -> _ClaimFacts:
+    """Read what a claim of `node` checks: one statement on PostgreSQL, three elsewhere."""
+    if connection.vendor != "postgresql":
+        gates = Gate.objects.filter(version_id=node.version_id).filter(
+            Q(kind=GateKind.PLAN) | Q(kind__in=(GateKind.STEP, GateKind.ESCALATION), node=node)
+        )
+        rows = [
+            _GateRow(pk=g.pk, kind=g.kind, status=g.status, content_hash=g.content_hash,
+                     approval_expires_at=g.approval_expires_at)
+            for g in sorted(gates, key=lambda g: g.pk)
+        ]  # fmt: skip
+        agent, scores = _agent_and_scores(node.agent)
+        return _ClaimFacts(gates=rows, agent=agent, scores=scores, policy=active_policy()[1])
+    sql = _CLAIM_FACTS_SQL.format(
+        gate=Gate._meta.db_table,
+        agent=Agent._meta.db_table,
+        score=TrustScore._meta.db_table,
+        policy=PolicyVersion._meta.db_table,
+    )
+    params: list[Any] = [
+        node.version_id, GateKind.PLAN, GateKind.STEP, GateKind.ESCALATION, node.pk,
+        node.agent, node.agent, PolicyVersion.Status.ACTIVE,
+    ]  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        gates, agent_row, score_rows, policy = cursor.fetchone()
+    agent = None
+    if agent_row is not None:
+        agent = Agent.from_db(
+            connection.alias,
+            _AGENT_FIELDS,
+            [agent_row[f.column] for f in Agent._meta.concrete_fields],
+        )
+    scores = [
+        TrustScore.from_db(
+            connection.alias,
+            _SCORE_FIELDS,
+            [row["id"], row["agent_id"], row["capability"], row["successes"], row["failures"],
+             _when(row["updated_at"])],
+        )
+        for row in score_rows
+    ]  # fmt: skip
+    return _ClaimFacts(
+        gates=[
+            _GateRow(
+                pk=g["id"],
+                kind=g["kind"],
+                status=g["status"],
+                content_hash=g["content_hash"],
+                approval_expires_at=_when(g["expires"]),
+            )
+            for g in gates
+        ],
+        agent=agent,
+        scores=scores,
+        policy=policy_settings(*(policy["number"], policy["values"]) if policy else (None, None)),
+    )
+
+
+_AGENT_FIELDS = [f.attname for f in Agent._meta.concrete_fields]
+_SCORE_FIELDS = ["id", "agent_id", "capability", "successes", "failures", "updated_at"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Approvals:
     """What the approvals of a leaf say at its claim."""
 
     # Why they do not allow it to run now (None: they do).
     problem: str | None = None
     # The approved gate that no longer holds (expired, or its content changed): reopened.
-    lapsed: Gate | None = None
+    lapsed: _GateRow | None = None
     # The leaf waits for its plan's gate, not for a gate of its own.
     for_plan: bool = False
     # A gate of the leaf's own (a step gate, or the escalation of its rejection) approved it.
     approved: bool = False
 
 
-def _approvals(node: PlanNode, case: Case, now: datetime) -> _Approvals:
-    """Check the leaf's approvals: its plan's gate, then its own live one, if it has one."""
+def _approvals(node: PlanNode, case: Case, now: datetime, gates: Sequence[_GateRow]) -> _Approvals:
+    """Check the leaf's approvals: its plan's gate, then its own live one, if it has one.
+
+    `gates` are the version's plan gates and the leaf's own, by id.
+    """
     if case.current_version_id != node.version_id:
         version = node.version.number
         return _Approvals(problem=f"plan version {version} is no longer the case's current version")
-    gates = sorted(
-        Gate.objects.filter(version=node.version).filter(
-            Q(kind=GateKind.PLAN) | Q(kind__in=(GateKind.STEP, GateKind.ESCALATION), node=node)
-        ),
-        key=lambda g: g.pk,
-    )
     # The plan's live gate: an approval that expired was replaced by a newer gate (S4).
     plan = next((g for g in reversed(gates) if g.kind == GateKind.PLAN), None)
     if plan is None or plan.status != GateStatus.APPROVED:
@@ -205,7 +298,12 @@ def _agent_and_scores(slug: str) -> tuple[Agent | None, list[TrustScore]]:
 
 
 def _routing(
-    node: PlanNode, planned: Agent | None, scores: list[TrustScore], *, approved: bool
+    node: PlanNode,
+    planned: Agent | None,
+    scores: list[TrustScore],
+    *,
+    approved: bool,
+    policy: PolicySettings,
 ) -> trust.Routing:
     """Check who should run the leaf: the planned agent while it is trusted enough.
 
@@ -213,7 +311,6 @@ def _routing(
     when it is not trusted enough or not available. An agent with no outcomes yet runs a step
     a gate of its own `approved` unless the policy's `cold_start` says to escalate it.
     """
-    _, policy = active_policy()
     threshold = policy.trust_threshold
     capabilities = list(planned.capabilities) if planned is not None else []
     if planned is not None and planned.enabled:
@@ -319,22 +416,41 @@ def claim_data(claim: Claim, worker: str, *, before: str = NodeStatus.READY) -> 
     }
 
 
-def take_leaf(node: PlanNode, case: Case, worker: str, *, audit: Audit) -> Claim | str:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewAttempt:
+    """The attempt row a claim starts, for a caller that inserts it with its own writes."""
+
+    node_id: int
+    number: int
+    worker: str
+    started_at: datetime
+
+
+def take_leaf(
+    node: PlanNode,
+    case: Case,
+    worker: str,
+    *,
+    audit: Audit,
+    started: list[NewAttempt] | None = None,
+) -> Claim | str:
     """Claim a locked `ready` (or due `retrying`) leaf of a running case: approvals, routing,
     then `running`.
 
     Returns the claim, or why the leaf may not run now (its state, waiting for a new approval
     or an escalation, is changed and audited in the caller's transaction). The caller audits
     the claim itself in its `audit` block: in an event of its own, or in the completion that
-    handed it over.
+    handed it over. With `started`, the claim's attempt row is appended there for the caller to
+    insert in its transaction (with its other writes, in one statement) instead of here.
     """
     now = timezone.now()
-    approvals = _approvals(node, case, now)
+    facts = _claim_facts(node)
+    approvals = _approvals(node, case, now, facts.gates)
     if approvals.problem is not None:
         _refuse_for_approval(node, case, approvals)
         return approvals.problem
-    planned, scores = _agent_and_scores(node.agent)
-    routing = _routing(node, planned, scores, approved=approvals.approved)
+    planned, scores = facts.agent, facts.scores
+    routing = _routing(node, planned, scores, approved=approvals.approved, policy=facts.policy)
     objects = routing.escalate or routing.agent != node.agent
     # An approved escalation overrules the routing; it is only looked for when routing objects.
     if objects and not _overruled(node):
@@ -372,7 +488,12 @@ def take_leaf(node: PlanNode, case: Case, worker: str, *, audit: Audit) -> Claim
         next_attempt_at=None,
         routing=routing.as_data(),
     )
-    LeafAttempt.objects.create(node=node, number=attempt, worker=worker[:255], started_at=now)
+    if started is None:
+        LeafAttempt.objects.create(node=node, number=attempt, worker=worker[:255], started_at=now)
+    else:
+        started.append(
+            NewAttempt(node_id=node.pk, number=attempt, worker=worker[:255], started_at=now)
+        )
     return Claim(
         node_id=node.pk,
         case_id=case.pk,

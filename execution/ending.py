@@ -17,7 +17,7 @@ from audit.chain import NewEvent, append_event, case_chain
 from audit.transitions import Audit, audited
 from execution import dispatch
 from execution.cases import end_case, fail_and_block, finish_if_done
-from execution.claiming import claim_data, mark_ready, release_ready, take_leaf
+from execution.claiming import NewAttempt, claim_data, mark_ready, release_ready, take_leaf
 from execution.common import (
     LEAF,
     OPEN_LEAF_STATUSES,
@@ -31,7 +31,7 @@ from execution.common import (
 )
 from execution.models import ExecutionControl, LeafAttempt
 from execution.replanning import replan_failed_leaf
-from execution.trust_actions import record_outcome
+from execution.trust_actions import outcome_increment, record_outcome
 from oversight.actions.opening import open_escalation_gate
 from oversight.models import OPEN_GATE_STATUSES, Gate
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
@@ -48,16 +48,21 @@ def locked_attempt(node_id: int, attempt: int, *, share: bool = False) -> tuple[
     `share` takes the case row FOR SHARE rather than FOR UPDATE: completions of one case then run
     side by side (a cancel or an edit still waits for them, and they for it).
     """
-    node = (
-        PlanNode.objects.select_for_update(of=("self",))
-        .select_related("version")
-        .annotate(stopped=Exists(ExecutionControl.objects.filter(pk=1, stopped=True)))
-        .get(pk=node_id)
-    )
-    if share:
-        case = _share_locked_case(node.version.case_id)
+    stopped = Exists(ExecutionControl.objects.filter(pk=1, stopped=True))
+    if share and connection.vendor == "postgresql":
+        node = _node_and_shared_case(node_id, stopped)
+        case = node.version.case
     else:
-        case = Case.objects.select_for_update().get(pk=node.version.case_id)
+        node = (
+            PlanNode.objects.select_for_update(of=("self",))
+            .select_related("version")
+            .annotate(stopped=stopped)
+            .get(pk=node_id)
+        )
+        if share:
+            case = _share_locked_case(node.version.case_id)
+        else:
+            case = Case.objects.select_for_update().get(pk=node.version.case_id)
     if node.status != NodeStatus.RUNNING or node.attempts != attempt:
         raise StaleResult(
             f"attempt {attempt} of {node.key} is stale: the leaf is {node.status} "
@@ -66,6 +71,30 @@ def locked_attempt(node_id: int, attempt: int, *, share: bool = False) -> tuple[
             attempt=attempt,
         )
     return node, case
+
+
+def _node_and_shared_case(node_id: int, stopped: Exists) -> PlanNode:
+    """Return the leaf (locked FOR UPDATE) with its version and case (locked FOR SHARE), in one
+    statement: PostgreSQL locks the rows in the order the FROM clause names them, the node's
+    first, as two statements did (docs/architecture.md, lock order)."""
+    query = (
+        PlanNode.objects.select_for_update(of=("self", "version__case"))
+        .select_related("version__case")
+        .annotate(stopped=stopped)
+        .filter(pk=node_id)
+    )
+    node_table, case_table = PlanNode._meta.db_table, Case._meta.db_table
+    both = f'FOR UPDATE OF "{node_table}", "{case_table}"'
+    mixed = f'FOR UPDATE OF "{node_table}" FOR SHARE OF "{case_table}"'
+
+    def share_the_case(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        # Django's select_for_update has no FOR SHARE: the case's lock clause is rewritten.
+        if not sql.endswith(both):
+            raise AssertionError(f"unexpected locking clause in {sql[-120:]!r}")
+        return execute(sql[: -len(both)] + mixed, params, many, context)
+
+    with connection.execute_wrapper(share_the_case):
+        return query.get()
 
 
 def _share_locked_case(case_id: int) -> Case:
@@ -189,7 +218,6 @@ def _complete(
                 error_class="",
                 finished_after_cancel=cancelled,
             )
-            end_attempt(node, attempt, LeafAttempt.Outcome.SUCCEEDED)
             stopped = bool(node.stopped)  # type: ignore[attr-defined]
             ready = (
                 []
@@ -197,8 +225,9 @@ def _complete(
                 else mark_ready(node.version, candidates=_dependents(node), case=case, audit=audit)
             )
             released = [n.key for n in ready]
+            started: list[NewAttempt] = []
             claimed = (
-                _claim_next(node, case, ready[:keep], worker, audit=audit)
+                _claim_next(node, case, ready[:keep], worker, audit=audit, started=started)
                 if keep and not cancelled and not stopped and case.status == CaseStatus.EXECUTING
                 else None
             )
@@ -208,7 +237,7 @@ def _complete(
                         dispatch.enqueue_leaf(other.pk)
             # The rows every completion of the case shares (the agent's trust, the chain head)
             # are locked last, so completions run side by side until there.
-            record_outcome(node.agent, "succeeded", now=now)
+            _record_attempts(node, attempt, started, now=now)
             data: dict[str, Any] = {
                 "node": node.key,
                 "attempt": attempt,
@@ -237,8 +266,50 @@ def _complete(
         )
 
 
+def _record_attempts(
+    node: PlanNode, attempt: int, started: Sequence[NewAttempt], *, now: datetime
+) -> None:
+    """End the succeeded attempt, insert the attempt of the leaf claimed next, and add the success
+    to the agent's trust (its rows locked last but the chain head's): one statement on
+    PostgreSQL."""
+    if connection.vendor != "postgresql":
+        end_attempt(node, attempt, LeafAttempt.Outcome.SUCCEEDED)
+        for new in started:
+            LeafAttempt.objects.create(
+                node_id=new.node_id, number=new.number, worker=new.worker, started_at=new.started_at
+            )
+        record_outcome(node.agent, "succeeded", now=now)
+        return
+    table = LeafAttempt._meta.db_table
+    ctes = [
+        f'"ended" AS (UPDATE "{table}" SET "outcome" = %s, "finished_at" = %s '  # noqa: S608
+        'WHERE "node_id" = %s AND "number" = %s RETURNING 1)'
+    ]
+    params: list[Any] = [LeafAttempt.Outcome.SUCCEEDED, now, node.pk, attempt]
+    for i, new in enumerate(started):
+        ctes.append(
+            f'"started{i}" AS (INSERT INTO "{table}" ("node_id", "number", "worker", '  # noqa: S608
+            '"started_at", "finished_at", "outcome", "error_class", "error") '
+            "VALUES (%s, %s, %s, %s, NULL, %s, '', '') RETURNING 1)"
+        )
+        params += [new.node_id, new.number, new.worker, new.started_at, LeafAttempt.Outcome.RUNNING]
+    increment, more = outcome_increment(node.agent, "succeeded", now=now)
+    with connection.cursor() as cursor:
+        cursor.execute(f"WITH {', '.join(ctes)} {increment}", [*params, *more])
+        changed = cursor.rowcount
+    if not changed:
+        # The agent's first outcome: its trust rows are created (the increment changed none).
+        record_outcome(node.agent, "succeeded", now=now)
+
+
 def _claim_next(
-    node: PlanNode, case: Case, kept: Sequence[PlanNode], worker: str, *, audit: Audit
+    node: PlanNode,
+    case: Case,
+    kept: Sequence[PlanNode],
+    worker: str,
+    *,
+    audit: Audit,
+    started: list[NewAttempt],
 ) -> Claim | None:
     """Claim, in a completing transaction, the leaf this worker runs next.
 
@@ -256,7 +327,7 @@ def _claim_next(
     if nxt is None:
         return None
     nxt.version = node.version
-    taken = take_leaf(nxt, case, worker, audit=audit)
+    taken = take_leaf(nxt, case, worker, audit=audit, started=started)
     return taken if isinstance(taken, Claim) else None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from django.db.models import F
 from django.utils import timezone
@@ -37,6 +38,24 @@ def effective_trust(
         )
         scores.append(trust.score(agent.trust, evidence))
     return min(scores)
+
+
+def outcome_increment(
+    agent_slug: str, outcome: trust.Outcome, *, now: datetime
+) -> tuple[str, list[Any]]:
+    """Return the UPDATE (SQL and parameters) that `record_outcome` runs first, for a caller
+    that runs it with other writes in one statement; when it changes no row, the caller calls
+    `record_outcome` (the agent's first outcome creates its rows). Raises ValueError as it does.
+    """
+    if outcome not in trust.OUTCOMES:
+        raise ValueError(f"unknown outcome {outcome!r}")
+    column = "successes" if outcome == "succeeded" else "failures"
+    scores, agents = TrustScore._meta.db_table, Agent._meta.db_table
+    sql = (
+        f'UPDATE "{scores}" SET "{column}" = "{column}" + %s, "updated_at" = %s '  # noqa: S608
+        f'WHERE "agent_id" IN (SELECT "id" FROM "{agents}" WHERE "slug" = %s)'
+    )
+    return sql, [trust.weight(now.timestamp()), now, agent_slug]
 
 
 def record_outcome(agent_slug: str, outcome: trust.Outcome, *, now: datetime) -> None:

@@ -7,9 +7,11 @@ is stored `pending`). See `audit.transitions` for how a move is checked and audi
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -17,7 +19,7 @@ from audit.chain import NewEvent
 from audit.transitions import Audit, Moved, Transitions, move_row, move_rows
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
 
-__all__ = ["CASE", "NODE", "block_nodes", "move_case", "move_node", "move_nodes"]
+__all__ = ["CASE", "NODE", "block_nodes", "move_case", "move_node", "move_nodes", "release_nodes"]
 
 _C = CaseStatus
 
@@ -131,6 +133,66 @@ def move_nodes(
     move to `to`) to `to`; return them, each with its `key`. `nodes` is a query, or nodes the
     caller locked already. Raises IllegalTransition as `move_rows` does."""
     return move_rows(NODE, nodes, to=to, audit=audit, from_=from_, read=("key",), **fields)
+
+
+# The locked pending nodes of the list whose every dependency (a leaf key of the same version)
+# is a leaf that succeeded, made ready in one statement: the check reads the statuses in the
+# UPDATE's own snapshot, taken after the nodes were locked (a parent that committed meanwhile
+# counts, E11).
+_RELEASE_SQL = """
+UPDATE {table} n SET status = %s, enqueued_at = %s
+ WHERE n.id = ANY(%s) AND n.status = %s
+   AND NOT EXISTS (
+     SELECT 1 FROM jsonb_array_elements_text(n.depends_on) AS dep(key)
+      WHERE NOT EXISTS (
+        SELECT 1 FROM {table} d
+         WHERE d.version_id = n.version_id AND d.kind = %s AND d.key = dep.key AND d.status = %s))
+RETURNING n.id
+"""
+
+
+def release_nodes(
+    nodes: Sequence[PlanNode], *, audit: Audit, enqueued_at: datetime
+) -> list[PlanNode]:
+    """Make `ready` the nodes, `pending` and locked by the caller, whose dependencies all
+    succeeded; return them (their attributes set). One UPDATE on PostgreSQL, which checks the
+    dependencies itself; elsewhere one query reads their statuses first. Raises
+    IllegalTransition as `move_rows` does."""
+    pending = [n for n in nodes if n.status == NodeStatus.PENDING]
+    if not pending:
+        return []
+    if connection.vendor != "postgresql":
+        waited_for = {dep for node in pending for dep in node.depends_on}
+        statuses = dict(
+            PlanNode.objects.filter(
+                version_id=pending[0].version_id, kind=PlanNode.Kind.LEAF, key__in=waited_for
+            ).values_list("key", "status")
+        )
+        ready = [
+            node
+            for node in pending
+            if all(statuses.get(dep) == NodeStatus.SUCCEEDED for dep in node.depends_on)
+        ]
+        if ready:
+            move_nodes(ready, to=NodeStatus.READY, audit=audit, enqueued_at=enqueued_at)
+        return ready
+    NODE.check(NodeStatus.PENDING, NodeStatus.READY)
+    audit.require_open()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _RELEASE_SQL.format(table=connection.ops.quote_name(PlanNode._meta.db_table)),
+            [
+                NodeStatus.READY, enqueued_at, [n.pk for n in pending], NodeStatus.PENDING,
+                PlanNode.Kind.LEAF, NodeStatus.SUCCEEDED,
+            ],
+        )  # fmt: skip
+        moved = {pk for (pk,) in cursor.fetchall()}
+    ready = [node for node in pending if node.pk in moved]
+    audit.cover(Moved(n.pk, NodeStatus.PENDING, NodeStatus.READY, {"key": n.key}) for n in ready)
+    for node in ready:
+        node.status = NodeStatus.READY
+        node.enqueued_at = enqueued_at
+    return ready
 
 
 def block_nodes(

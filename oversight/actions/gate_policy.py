@@ -31,13 +31,21 @@ def active_policy() -> tuple[PolicyVersion, PolicySettings]:
     """
     version = PolicyVersion.objects.filter(status=PolicyVersion.Status.ACTIVE).first()
     if version is None:
+        return PolicyVersion(number=0, values={}), policy_settings(None, None)
+    return version, policy_settings(version.number, version.values)
+
+
+def policy_settings(number: int | None, values: Any) -> PolicySettings:
+    """Return the settings of the active policy version `number` stored as `values` (as
+    `active_policy` reads them), or the safe defaults when there is none or it is unreadable."""
+    if number is None:
         logger.error("no active gating policy version: the defaults apply")
-        return PolicyVersion(number=0, values={}), PolicySettings()
+        return PolicySettings()
     try:
-        return version, PolicySettings.from_data(version.values)
+        return PolicySettings.from_data(values)
     except ValueError:
-        logger.exception("policy version %s is unreadable: the defaults apply", version.number)
-        return version, PolicySettings()
+        logger.exception("policy version %s is unreadable: the defaults apply", number)
+        return PolicySettings()
 
 
 def gate_settings(gate: Gate) -> PolicySettings:
