@@ -22,10 +22,10 @@
         if (hint) hint.hidden = opened;
       }
       detail.addEventListener("toggle", update);
-      var link = hint && hint.querySelector("a");
-      if (link) {
+      // The hint and the graph's text alternative link to the detail: following one opens it.
+      document.querySelectorAll('a[href="#' + detail.id + '"]').forEach(function (link) {
         link.addEventListener("click", function () { detail.open = true; });
-      }
+      });
       update();
     });
   }
