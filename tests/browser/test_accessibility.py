@@ -219,6 +219,7 @@ def test_the_menu_folds_on_a_phone_and_opens_from_the_keyboard(page: Any) -> Non
     toggle = page.locator("[data-menu-toggle]")
     assert toggle.is_visible()
     assert toggle.get_attribute("aria-expanded") == "false"
+    assert page.get_by_role("button", name="Menu", exact=True).count() == 1  # no icon in its name
     assert not page.is_visible('nav[aria-label="Main"]')
     shot(page, "phone-menu-closed")
 
