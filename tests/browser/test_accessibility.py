@@ -20,6 +20,9 @@ from tests.quality.test_quality import executed_case, reviewed_case
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
+MISSING_CASE = "/cases/999999/"  # the 404 page, in the site's layout
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Visit:
     """A page to check: who looks, where, and what shows it is fully drawn."""
@@ -40,6 +43,8 @@ def _visits() -> list[Visit]:
     live = planned_invoice_case(analyst, goal="Verify invoice INV-1042 before it is paid")
     plan_gate = Gate.objects.get(case=live, kind=GateKind.PLAN)
     hold_gate = Gate.objects.get(case=live, kind=GateKind.STEP, node__key="place-hold")
+    hold_node = hold_gate.node
+    assert hold_node is not None
     return [
         Visit(name="login", user=None, url="/login/", ready="#id_username"),
         Visit(name="home", user=officer.username, url="/", ready="[data-landing]"),
@@ -80,6 +85,21 @@ def _visits() -> list[Visit]:
             url=f"/cases/{edited.pk}/versions/",
             ready="main h1",
         ),
+        Visit(
+            name="step-page",
+            user=officer.username,
+            url=f"/cases/{live.pk}/nodes/{hold_node.pk}/",
+            ready="main h1",
+        ),
+        Visit(
+            name="plan-edit",
+            user=officer.username,
+            url=f"/cases/{live.pk}/nodes/{hold_node.pk}/edit/",
+            ready="main h1",
+        ),
+        Visit(name="notifications", user=officer.username, url="/notifications/", ready="main h1"),
+        Visit(name="work-items", user=officer.username, url="/work-items/", ready="main h1"),
+        Visit(name="not-found", user=officer.username, url=MISSING_CASE, ready="main h1"),
         Visit(name="cases", user=officer.username, url="/cases/", ready="main h1"),
         Visit(name="case-new", user=analyst.username, url="/cases/new/", ready="#case-form"),
         Visit(
@@ -123,6 +143,18 @@ def _visits() -> list[Visit]:
             ready="#content",
         ),
         Visit(
+            name="admin-reason-codes",
+            user=admin.username,
+            url="/admin/oversight/reasoncode/",
+            ready="#content",
+        ),
+        Visit(
+            name="admin-user",
+            user=admin.username,
+            url=f"/admin/auth/user/{analyst.pk}/change/",
+            ready="#content",
+        ),
+        Visit(
             name="admin-password",
             user=admin.username,
             url=f"/admin/auth/user/{analyst.pk}/password/",
@@ -162,7 +194,7 @@ def test_every_page_passes_axe_core_at_wcag_22_aa(page: Any) -> None:
     page.set_viewport_size({"width": 1300, "height": 900})
     failures = _walk(page, visits, _axe)
     assert not failures, "\n".join(failures)
-    assert problems == []
+    assert [p for p in problems if not p.endswith(MISSING_CASE)] == []
 
 
 def _phone(page: Any, visit: Visit) -> str:
@@ -208,7 +240,7 @@ def test_every_page_fits_a_phone_and_passes_axe_core_there(page: Any) -> None:
     page.set_viewport_size(PHONE)
     failures = _walk(page, visits, _phone)
     assert not failures, "\n".join(failures)
-    assert problems == []
+    assert [p for p in problems if not p.endswith(MISSING_CASE)] == []
 
 
 def test_the_menu_folds_on_a_phone_and_opens_from_the_keyboard(page: Any) -> None:
