@@ -48,6 +48,9 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--goals-dir", type=Path, default=GOALS_DIR, help=argparse.SUPPRESS)
     parser.add_argument("--server-version", default="", help="recorded with the results")
     parser.add_argument(
+        "--note", default="", help="recorded with the results (a subset of goals and why, say)"
+    )
+    parser.add_argument(
         "--timeout", type=float, default=float(os.environ.get("CASEHUB_LLM_TIMEOUT_S", "60"))
     )
     parser.add_argument(
@@ -113,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "server": server,
         "server_version": version or None,
+        "note": args.note or None,
         "goals": len(goals),
         "strategies": [s.label for s in specs],
         "summary": summarise(runs, [s.label for s in specs]),

