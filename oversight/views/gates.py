@@ -40,10 +40,12 @@ from oversight.models import (
 from oversight.policy import RISK_CLASSES
 from oversight.queries import inbox_for, visible_gate
 from planning.catalogue import registered_packs
+from planning.core.diff import PlanDiff, diff_plans
 from planning.core.refs import REF_KEY, is_ref
 from planning.dot import plan_dot
-from planning.models import PlanNode, Tool
+from planning.models import PlanNode, PlanVersion, Tool
 from planning.queries import case_for, visible_cases
+from planning.versions import load_plan
 from web.http import HtmxHttpRequest, render_partial
 
 INBOX_PAGE_SIZE = 25
@@ -307,9 +309,23 @@ def _consequences(
     return found
 
 
+def _reason_label(code: str) -> str:
+    """Return the label of reason code `code` (the code itself when it has none)."""
+    if not code:
+        return ""
+    return ReasonCode.objects.filter(code=code).values_list("label", flat=True).first() or code
+
+
 def _reject_codes() -> list[ReasonCode]:
     # JSON containment is not portable to SQLite: the list is short, filter it here.
     return [c for c in ReasonCode.objects.filter(active=True) if "reject" in (c.applies_to or [])]
+
+
+def _changes_from_previous(version: PlanVersion) -> PlanDiff | None:
+    """Return what changed from the version before `version`; None for a first version."""
+    previous = PlanVersion.objects.filter(case_id=version.case_id, number=version.number - 1)
+    before = previous.first() if version.number > 1 else None
+    return diff_plans(load_plan(before), load_plan(version)) if before is not None else None
 
 
 def _gate_context(
@@ -371,6 +387,10 @@ def _gate_context(
             for leaf in (leaves if node is None else [])
         ],
         "leaf_count": len(leaves),
+        "changes": _changes_from_previous(version),
+        "edit_reason": _reason_label(version.edit.get("reason_code", ""))
+        if isinstance(version.edit, dict)
+        else "",
         "decisions": decisions,
         "is_current": is_current,
         "may_decide": may_decide,

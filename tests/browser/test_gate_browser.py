@@ -93,3 +93,29 @@ def test_officer_reviews_and_approves_a_plan_gate_from_the_inbox(page: Any, tmp_
     page.wait_for_selector('.notification[data-read="true"]')
     assert page.locator('[data-count="notifications"]').count() == 0
     assert problems == []
+
+
+def test_the_gate_of_an_edited_version_shows_what_changed_and_opens_the_diff(page: Any) -> None:
+    from oversight.actions.edits import edit_plan
+
+    sync_packs()
+    case = _invoice_case(personas.analyst())
+    edit_plan(
+        case_id=case.pk,
+        user=personas.officer(),
+        node_key="check-totals",
+        changes={"task": "Compare the totals with the purchase order, line by line"},
+        reason_code="wrong-agent",
+        reason="the totals need a line by line look",
+    )
+    gate = Gate.objects.get(case=case, version__number=2, kind=GateKind.PLAN)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    _log_in(page, personas.second_officer().username)
+    page.goto(f"/gates/{gate.pk}/")
+    changes = page.inner_text('[data-section="version-changes"]')
+    assert "What changed from v1" in changes and "check-totals: task" in changes, changes
+    page.locator('[data-section="version-changes"]').screenshot(
+        path=str(Path(__file__).resolve().parents[2] / "var" / "screens" / "gate-changes.png")
+    )
+    page.click('[data-section="version-changes"] a')
+    page.wait_for_selector('.diff-page[data-from="1"][data-to="2"] [data-node="check-totals"]')
