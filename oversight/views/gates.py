@@ -429,6 +429,8 @@ def _again(
 ) -> HttpResponse:
     gate = visible_gate(request.user, gate_id)  # as it is now, after whatever happened
     posted = {k: request.POST.get(k, "") for k in ("decision", "reason_code", "reason")}
+    # The detail the officer opened stays open (and approval enabled) on the page they get back.
+    posted["detail_opened"] = "1" if "1" in request.POST.getlist("detail_opened") else ""
     context = _gate_context(request, gate, errors=errors, notice=notice, posted=posted)
     return render(request, "oversight/gate_detail.html", context, status=status)
 
