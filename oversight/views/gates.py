@@ -387,6 +387,9 @@ def _gate_context(
             for leaf in (leaves if node is None else [])
         ],
         "leaf_count": len(leaves),
+        # A step's reason is its one finding's detail: say it once, in the findings.
+        "reason_in_findings": gate.reason
+        in {f.get("detail") for f in gate.reasons or () if isinstance(f, dict)},
         "changes": _changes_from_previous(version),
         "edit_reason": _reason_label(version.edit.get("reason_code", ""))
         if isinstance(version.edit, dict)

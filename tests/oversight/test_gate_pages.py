@@ -509,3 +509,27 @@ def test_home_pages_show_real_counts(analyst: Any, officer: Any, auditor: Any) -
     assert today > 0
     assert f'<strong data-count="events-today">{today}</strong>' in auditor_home
     assert "1 unread notification" in client_for(officer).get(reverse("home")).content.decode()
+
+
+def test_an_escalation_gate_is_named_an_escalation_and_its_reason_is_said_once(
+    analyst: Any, officer: Any
+) -> None:
+    from oversight.actions.opening import open_escalation_gate
+
+    case = invoice_case(analyst)
+    hold = hold_gate(case)
+    escalation = open_escalation_gate(
+        hold.version, hold.node, reason="the payment hold failed twice: a person decides"
+    )
+    page = client_for(officer).get(reverse("oversight:gate-detail", args=[escalation.pk]))
+    html = page.content.decode()
+    assert "<h1>Escalation: place-hold</h1>" in html
+    assert "<title>Escalation of step place-hold" in html
+    why = html.split('data-section="why-gated"', 1)[1].split("</section>", 1)[0]
+    assert why.count("the payment hold failed twice") == 1, why
+    step = client_for(officer).get(reverse("oversight:gate-detail", args=[hold.pk])).content
+    why = step.decode().split('data-section="why-gated"', 1)[1].split("</section>", 1)[0]
+    assert why.count(hold.reason) == 1, why
+    gates = client_for(officer).get(reverse("oversight:case-gates", args=[case.pk]))
+    listed = gates.content.decode()
+    assert "Escalation of place-hold" in listed and "Step place-hold" in listed
