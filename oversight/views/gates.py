@@ -361,6 +361,10 @@ def _gate_context(
     is_current = case.current_version_id == gate.version_id
     may_decide = why_not is None and gate.is_open and is_current
     decisions = list(gate.decisions.order_by("time", "id"))
+    if any(d.reason_code for d in decisions):
+        labels = dict(ReasonCode.objects.values_list("code", "label"))
+        for d in decisions:
+            d.reason_label = labels.get(d.reason_code, d.reason_code)  # type: ignore[attr-defined]
     return {
         "gate": gate,
         "case": case,

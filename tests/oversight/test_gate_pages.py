@@ -17,7 +17,7 @@ from accounts.models import AccessDenial, SigningState
 from audit.chain import case_chain
 from audit.models import AuditEvent
 from oversight.models import Gate, GateDecision, GateKind, GateRisk, GateStatus, Notification
-from planning.models import Case, CaseStatus, PlanNode, PlanVersion
+from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
 from tests import personas
 from tests.cases import planned_invoice_case
 from tests.planning.factories import make_case, make_plan
@@ -383,7 +383,16 @@ def test_a_rejection_needs_a_reason_code_and_then_rejects_the_case(
     case.refresh_from_db()
     assert case.status == CaseStatus.REJECTED
     page = client.get(reverse("oversight:gate-detail", args=[gate.pk])).content.decode()
-    assert "too-risky" in page and 'id="approve-form"' not in page
+    decisions = page.split('data-section="decisions"', 1)[1].split("</section>", 1)[0]
+    assert "Reason: Too risky to run as planned" in decisions and ">too-risky<" not in decisions
+    assert 'id="approve-form"' not in page
+    # No step of a rejected plan still waits for an approval: none will come.
+    leaves = PlanNode.objects.filter(version=gate.version, kind=PlanNode.Kind.LEAF)
+    assert set(leaves.values_list("status", flat=True)) == {NodeStatus.CANCELLED}
+    case_page = client.get(reverse("planning:case-detail", args=[case.pk])).content.decode()
+    assert 'data-status="awaiting_approval"' not in case_page
+    assert f"The case was rejected by {officer.username}</strong>" in case_page
+    assert "Why: Too risky to run as planned — no" in case_page
 
 
 def test_a_stale_decision_is_refused_with_409(analyst: Any, officer: Any) -> None:
