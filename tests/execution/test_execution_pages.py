@@ -391,3 +391,33 @@ def test_the_admin_lists_trust_scores_read_only_with_the_current_trust(admin_use
     page = client.get(reverse("admin:execution_trustscore_changelist")).content.decode()
     assert "payments.hold" in page and expected in page
     assert client.get(reverse("admin:execution_trustscore_add")).status_code == 403
+
+
+def test_the_admin_shows_trust_outcomes_as_decayed_counts_not_stored_weights(
+    admin_user: Any,
+) -> None:
+    import time
+
+    from execution.trust import weight
+    from planning.catalogue import sync_packs
+
+    sync_packs()
+    agent = Agent.objects.get(slug="payments-clerk")
+    now = weight(time.time())  # one outcome now, as the workers store it
+    TrustScore.objects.create(
+        agent=agent,
+        capability="payments.hold",
+        successes=3 * now,
+        failures=now,
+        updated_at=timezone.now(),
+    )
+    page = client_for(admin_user).get(reverse("admin:execution_trustscore_changelist"))
+    html = page.content.decode()
+    assert re.search(r'field-recent_successes">3\.0<', html), html
+    assert re.search(r'field-recent_failures">1\.0<', html)
+    assert f"{3 * now}" not in html and f"{3 * now:.1f}" not in html
+    score = TrustScore.objects.get(agent=agent)
+    change = client_for(admin_user).get(
+        reverse("admin:execution_trustscore_change", args=[score.pk])
+    )
+    assert change.status_code == 200 and "3.0" in change.content.decode()
