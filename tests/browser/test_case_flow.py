@@ -41,12 +41,12 @@ def _watch_console(page: Any) -> list[str]:
     problems: list[str] = []
 
     def console(message: Any) -> None:
-        # Failed loads are judged by their responses below (the browser's favicon probe 404s).
+        # Failed loads are judged by their responses below.
         if message.type == "error" and not message.text.startswith("Failed to load resource"):
             problems.append(message.text)
 
     def response(answer: Any) -> None:
-        if answer.status >= 400 and not answer.url.endswith("/favicon.ico"):
+        if answer.status >= 400:
             problems.append(f"{answer.status} {answer.url}")
 
     page.on("console", console)
