@@ -375,6 +375,30 @@ def test_everyone_sees_the_banner_while_execution_is_stopped(
         assert banner in client_for(user).get(url).content.decode(), user
 
 
+def test_an_open_case_pages_refresh_takes_the_banner_away_after_resume(
+    analyst: Any, admin_user: Any
+) -> None:
+    case = make_case(analyst)
+    make_plan(case)
+    client = client_for(analyst)
+    execution.set_stopped(stopped=True, user=admin_user, reason="maintenance")
+    live = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "case-live"}
+    stopped = client.get(case_url(case.pk), **live).content.decode()
+    assert 'id="stopped-banner" hx-swap-oob="true"' in stopped
+    assert 'data-banner="execution-stopped"' in stopped
+    execution.set_stopped(stopped=False, user=admin_user, reason="")
+    resumed = client.get(case_url(case.pk), **live).content.decode()
+    assert 'id="stopped-banner" hx-swap-oob="true"' in resumed
+    assert 'data-banner="execution-stopped"' not in resumed
+
+
+def test_the_stopped_control_page_says_execution_is_stopped_once(admin_user: Any) -> None:
+    admin = client_for(admin_user)
+    admin.post(reverse("execution:execution-control-set"), {"action": "stop", "reason": "ERP"})
+    page = admin.get(reverse("execution:execution-control")).content.decode()
+    assert page.count("Execution is stopped") == 1, page
+
+
 # Trust in the admin ---------------------------------------------------------------------------
 
 
