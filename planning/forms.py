@@ -221,7 +221,8 @@ class CaseForm(forms.Form):
         max_value=rules.MAX_DEPTH_LIMIT,
         initial=rules.DEFAULT_MAX_DEPTH,
         help_text=(
-            f"How many levels the LLM may decompose ({rules.MIN_DEPTH} to {rules.MAX_DEPTH_LIMIT})."
+            f"How many levels the plan may break the goal down into "
+            f"({rules.MIN_DEPTH} to {rules.MAX_DEPTH_LIMIT})."
         ),
     )
 

@@ -324,3 +324,11 @@ def test_the_gate_page_of_a_first_version_has_no_changes_section(
     gate = Gate.objects.get(case=case, version__number=1, kind=GateKind.PLAN)
     html = _client(people["officer"]).get(reverse("oversight:gate-detail", args=[gate.pk]))
     assert 'data-section="version-changes"' not in html.content.decode()
+
+
+def test_the_edit_forms_runs_after_hint_holds_whatever_is_ticked(
+    case: Case, people: dict[str, Any]
+) -> None:
+    html = _client(people["officer"]).get(_edit_url(case, "audit-report")).content.decode()
+    assert "None selected" not in html
+    assert "with none ticked it starts without waiting" in html

@@ -972,3 +972,9 @@ def test_the_case_forms_limits_read_as_the_servers_do(analyst: Any, packs: None)
     assert f"At most {rules.MAX_DEPTH_LIMIT}." in page
     # The description's limit is said beside the box, not enforced by cutting a paste short.
     assert 'data-limit="10000"' in page and 'maxlength="10000"' not in page
+
+
+def test_the_depth_hint_does_not_speak_of_the_llm(analyst: Any, packs: None) -> None:
+    page = client_for(analyst).get(reverse("planning:case-new")).content.decode()
+    hint = page.split('id="id_max_depth_helptext"', 1)[1].split("</div>", 1)[0]
+    assert "LLM" not in hint and "levels the plan may break the goal down into" in hint
