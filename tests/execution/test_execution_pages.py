@@ -222,6 +222,8 @@ def test_cancelling_from_the_page_needs_a_reason_code_and_then_cancels(
     assert refused.status_code == 422
     body = refused.content.decode()
     assert 'id="cancel-reason-code-error"' in body and "keep this text" in body
+    # Cancelling sits in the case's Execution card, not under a "Work items" title.
+    assert '<h2 id="case-execution-title">Execution</h2>' in body
     bare = client.post(url, {"reason_code": "other", "reason": ""})
     assert bare.status_code == 422
     assert 'id="cancel-reason-error"' in bare.content.decode()
