@@ -336,9 +336,7 @@ def test_a_cancel_or_stop_between_a_human_steps_claim_and_its_work_item_opens_no
         assert (item.node_id, item.attempt) == (first.pk, claim.attempt + 1)
 
 
-def test_a_cancelled_cases_result_says_who_cancelled_it_and_why(
-    analyst: Any, officer: Any
-) -> None:
+def test_a_cancelled_cases_result_says_who_cancelled_it_and_why(analyst: Any, officer: Any) -> None:
     from django.test import Client
     from django.urls import reverse
 
