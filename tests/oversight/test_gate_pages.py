@@ -148,7 +148,7 @@ def test_a_user_who_is_analyst_and_officer_never_sees_nor_approves_their_own_cas
     assert "nobody decides a gate of a case they submitted" in page
     response = approve(client, gate)
     assert response.status_code == 403
-    assert "nobody decides a gate of a case they submitted" in response.content.decode()
+    assert "Nobody decides a gate of a case they submitted." in response.content.decode()
     assert not GateDecision.objects.filter(gate__case=case).exists()
     gate.refresh_from_db()
     assert gate.status == GateStatus.PENDING
