@@ -361,3 +361,19 @@ def test_the_form_shows_the_servers_messages_at_once_and_clears_one_when_correct
     assert page.get_attribute("input[name=input_invoice_id]", "aria-invalid") is None
     assert page.locator('[data-field="title"] .errorlist').count() == 1
     assert not Case.objects.exists()
+
+
+def test_step_keys_and_method_descriptions_keep_their_case(page: Any) -> None:
+    sync_packs()
+    officer = personas.officer()
+    _log_in(page, officer.username)
+    page.goto("/methods/")
+    row_header = page.locator(".methods-table tbody th").first
+    assert row_header.evaluate("e => getComputedStyle(e).textTransform") == "none"
+    assert (
+        page.locator(".methods-table thead th").first.evaluate(
+            "e => getComputedStyle(e).textTransform"
+        )
+        == "uppercase"
+    )  # the column titles stay small capitals
+    page.screenshot(path=str(ROOT / "var" / "screens" / "methods.png"))
