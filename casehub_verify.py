@@ -645,33 +645,33 @@ class _Member:
     crc: int
 
 
-def _read_exactly(handle: BinaryIO, offset: int, size: int) -> bytes:
+def _read_exactly(handle: BinaryIO, offset: int, size: int, container: str = CONTAINER) -> bytes:
     handle.seek(offset)
     data = handle.read(size)
     if len(data) != size:
-        raise BundleError(CONTAINER, f"truncated at byte {offset + len(data)}")
+        raise BundleError(container, f"truncated at byte {offset + len(data)}")
     return data
 
 
-def _members(handle: BinaryIO) -> list[_Member]:
+def _members(handle: BinaryIO, container: str = CONTAINER) -> list[_Member]:
     total = handle.seek(0, os.SEEK_END)
     if total < _END.size:
-        raise BundleError(CONTAINER, "too short to be a zip file")
-    end = _END.unpack(_read_exactly(handle, total - _END.size, _END.size))
+        raise BundleError(container, "too short to be a zip file")
+    end = _END.unpack(_read_exactly(handle, total - _END.size, _END.size, container))
     signature, disk, cd_disk, count_here, count, cd_size, cd_offset, comment = end
     if signature != b"PK\x05\x06" or (disk, cd_disk, comment) != (0, 0, 0):
-        raise BundleError(CONTAINER, "the end of the zip directory is not where it should be")
+        raise BundleError(container, "the end of the zip directory is not where it should be")
     if count_here != count or count != len(BUNDLE_FILES):
-        raise BundleError(CONTAINER, f"holds {count} files, not {len(BUNDLE_FILES)}")
+        raise BundleError(container, f"holds {count} files, not {len(BUNDLE_FILES)}")
     if cd_offset + cd_size != total - _END.size:
-        raise BundleError(CONTAINER, "the zip directory's size or offset is wrong")
-    directory = _read_exactly(handle, cd_offset, cd_size)
+        raise BundleError(container, "the zip directory's size or offset is wrong")
+    directory = _read_exactly(handle, cd_offset, cd_size, container)
     members: list[_Member] = []
     position = 0
     next_offset = 0
     for expected_name in BUNDLE_FILES:
         if position + _CENTRAL.size > len(directory):
-            raise BundleError(CONTAINER, "the zip directory is truncated")
+            raise BundleError(container, "the zip directory is truncated")
         (
             signature, made_by, needed, flags, method, time, date, crc, csize, size,
             name_len, extra_len, comment_len, disk_start, internal, external, offset,
@@ -685,11 +685,11 @@ def _members(handle: BinaryIO) -> list[_Member]:
             raise BundleError(expected_name, "its zip directory entry has unexpected attributes")
         if name_bytes != expected_name.encode():
             found = name_bytes.decode(errors="replace")
-            raise BundleError(CONTAINER, f"expected {expected_name} next, found {found!r}")
+            raise BundleError(container, f"expected {expected_name} next, found {found!r}")
         if csize != size or offset != next_offset:
             raise BundleError(expected_name, "its size or position in the zip is wrong")
-        local = _LOCAL.unpack(_read_exactly(handle, offset, _LOCAL.size))
-        local_name = _read_exactly(handle, offset + _LOCAL.size, name_len)
+        local = _LOCAL.unpack(_read_exactly(handle, offset, _LOCAL.size, container))
+        local_name = _read_exactly(handle, offset + _LOCAL.size, name_len, container)
         expected_local = (
             b"PK\x03\x04", ZIP_VERSION, 0, 0, ZIP_DOS_TIME, ZIP_DOS_DATE,
             crc, size, size, name_len, 0,
@@ -700,7 +700,7 @@ def _members(handle: BinaryIO) -> list[_Member]:
         members.append(_Member(expected_name, data_offset, size, crc))
         next_offset = data_offset + size
     if position != len(directory) or next_offset != cd_offset:
-        raise BundleError(CONTAINER, "there are bytes between the files or after them")
+        raise BundleError(container, "there are bytes between the files or after them")
     return members
 
 
@@ -717,7 +717,7 @@ class _MemberReader:
         """Yield the member's bytes in chunks of at most 1 MiB."""
         offset, remaining = self.member.data_offset, self.member.size
         while remaining:
-            chunk = _read_exactly(self.handle, offset, min(remaining, _CHUNK))
+            chunk = _read_exactly(self.handle, offset, min(remaining, _CHUNK), self.member.name)
             offset += len(chunk)
             remaining -= len(chunk)
             self.crc = binascii.crc32(chunk, self.crc)
@@ -944,16 +944,18 @@ def _check_signature(
 
 
 def verify_bundle(
-    handle: BinaryIO, *, trusted_keys: Collection[bytes] | None = None
+    handle: BinaryIO, *, trusted_keys: Collection[bytes] | None = None, name: str = CONTAINER
 ) -> BundleReport:
     """Verify an export bundle read from a seekable binary file; report every problem found.
+
+    `name` is what problems of the zip container itself are reported against (the file name).
 
     With trusted_keys the manifest must be signed by one of them (authenticity); without, by
     the key the manifest names (integrity only). Raises OSError when the file cannot be read.
     """
     report = BundleReport()
     try:
-        members = {member.name: member for member in _members(handle)}
+        members = {member.name: member for member in _members(handle, name)}
     except BundleError as exc:
         report.problems.append(BundleProblem(exc.file, None, f"changed: {exc.problem}"))
         return report
@@ -1011,7 +1013,7 @@ def verify_bundle(
 def verify_bundle_file(path: str, *, trusted_keys: Collection[bytes] | None = None) -> BundleReport:
     """Verify the export bundle at path. Raises OSError when it cannot be read."""
     with open(path, "rb") as handle:
-        return verify_bundle(handle, trusted_keys=trusted_keys)
+        return verify_bundle(handle, trusted_keys=trusted_keys, name=path)
 
 
 def describe(report: BundleReport, *, limit: int = 20) -> list[str]:

@@ -38,6 +38,8 @@ from accounts.roles import ROLES
 FORBIDDEN_FIELDS = ("is_superuser", "is_staff", "user_permissions", "groups", "password")
 # Fields of the admin's own record they cannot change.
 OWN_LOCKED_FIELDS = ("roles", "is_active")
+# How a refusal names a locked field to the admin who sent it.
+OWN_FIELD_WORDS = {"roles": "roles", "is_active": "active flag"}
 ROLE_CHOICES = [(role, role) for role in ROLES]
 
 
@@ -272,7 +274,8 @@ class CaseHubUserAdmin(admin.ModelAdmin):
                 _admin(request),
                 "set_roles" if "roles" in own else "change_user",
                 target,
-                f"nobody changes their own {' or '.join(own)}",
+                f"nobody changes their own {' or '.join(OWN_FIELD_WORDS.get(n, n) for n in own)}"
+                ": another admin does",
             )
 
     def changeform_view(

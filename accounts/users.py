@@ -169,7 +169,7 @@ def _check(
             admin,
             attempt,
             target,
-            "nobody changes their own roles, access or password here",
+            "nobody changes their own roles, access or password here: another admin does",
             **extra,
         )
     if target.is_superuser and not admin.is_superuser:

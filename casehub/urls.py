@@ -17,6 +17,7 @@ urlpatterns = [
     path("", include("quality.urls")),
     path("", include("planning.urls")),
     path("health", views.health, name="health"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("metrics", metrics_view, name="metrics"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_not_required
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponsePermanentRedirect, JsonResponse
+from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
@@ -35,3 +36,10 @@ def health(request: HttpRequest) -> JsonResponse:
     healthy = all(check["ok"] for check in checks.values())
     body = {"status": "ok" if healthy else "degraded", **checks}
     return JsonResponse(body, status=200 if healthy else 503)
+
+
+@login_not_required
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponsePermanentRedirect:
+    """Send a browser's `/favicon.ico` probe (the admin's pages link no icon) to the static one."""
+    return HttpResponsePermanentRedirect(static("casehub/favicon.ico"))

@@ -260,6 +260,8 @@ def cancel_case(*, case_id: int, user: User, reason_code: str, reason: str = "")
                 {
                     "case": case.pk,
                     "reason_code": code.code if code else "",
+                    # The case page says why in words: planning cannot read the reason codes.
+                    "reason_label": code.label if code else "",
                     "reason": reason.strip(),
                     "running_leaves": running,
                     "before": {"status": before},

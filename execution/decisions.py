@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from execution.cases import finish_if_done
+from execution.cases import cancel_open_leaves, finish_if_done
 from execution.claiming import release_ready, start_execution
 from execution.common import RUNNING_CASE_STATUSES
 from execution.ending import on_escalation_rejected, on_step_approved
@@ -27,6 +27,13 @@ def on_gate_decided(gate: Gate, decision: GateDecision) -> None:
     case = gate.case
     actor = decision.decider
     if gate.status == GateStatus.REJECTED:
+        if case.status == CaseStatus.REJECTED:
+            # The rejection ended the case (its plan, or a step that aborts): no approval will
+            # come, so its steps end cancelled, not waiting.
+            cancel_open_leaves(
+                gate.version_id, case_id=case.pk, why="the plan was rejected", actor=actor
+            )
+            return
         if (
             gate.kind == GateKind.ESCALATION
             and gate.node is not None

@@ -329,6 +329,8 @@ def _control_context(
         "reason": reason,
         "llm_today": LedgerBudgets().day_status(),
         "llm_case_limits": case_limits(),
+        # The page states the switch itself: the site-wide banner would say it again.
+        "is_control_page": True,
     }
 
 
@@ -359,7 +361,7 @@ def execution_control_set(request: HtmxHttpRequest) -> HttpResponse:
         return render(request, "execution/execution_control.html", context, status=422)
     execution.set_stopped(stopped=action == "stop", user=_user(request), reason=reason)
     if action == "stop":
-        messages.success(request, "Execution is stopped: no step starts until you resume.")
+        messages.success(request, "Stop switch turned on.")
     else:
-        messages.success(request, "Execution resumed: ready steps go to the workers again.")
+        messages.success(request, "Stop switch turned off.")
     return redirect("execution:execution-control")

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from django import forms
-from pydantic import BaseModel
+from django.core import validators
+from pydantic import BaseModel, ValidationError
 
 from planning import rules
+from planning.core.errors import flatten_errors
 from planning.models import Strategy
 from planning.rules import unavailable_strategies
 
@@ -99,6 +101,47 @@ def _bound(prop: Mapping[str, Any], key: str) -> Any:
     return None
 
 
+def _plain_limit(validator: Any) -> Any:
+    """Return `validator` raising the words the actions use ("At most 10,000 characters …")."""
+    limit: Any = getattr(validator, "limit_value", None)
+    if isinstance(validator, validators.MaxLengthValidator):
+        return _Limit(limit, lambda v: len(v) > limit, f"At most {limit:,} characters", True)
+    if isinstance(validator, validators.MinLengthValidator):
+        return _Limit(limit, lambda v: len(v) < limit, f"At least {limit:,} characters", True)
+    if isinstance(validator, validators.MaxValueValidator):
+        return _Limit(limit, lambda v: v > limit, f"At most {limit}.", False)
+    if isinstance(validator, validators.MinValueValidator):
+        return _Limit(limit, lambda v: v < limit, f"At least {limit}.", False)
+    return validator
+
+
+class _Limit:
+    """A length or value bound whose message says the limit (and a text's length) in plain words."""
+
+    def __init__(
+        self, limit: Any, is_broken: Callable[[Any], bool], words: str, counts: bool
+    ) -> None:
+        self.limit_value = limit
+        self.is_broken = is_broken
+        self.words = words
+        self.counts = counts
+
+    def __call__(self, value: Any) -> None:
+        if self.is_broken(value):
+            message = f"{self.words} (this has {len(value):,})." if self.counts else self.words
+            raise forms.ValidationError(message, code="limit")
+
+
+def plain_messages(field: forms.Field, *, required: str) -> None:
+    """Give `field` one wording with the server's checks: `required`, plain limits, numbers."""
+    field.error_messages["required"] = required
+    if isinstance(field, forms.IntegerField):
+        field.error_messages["invalid"] = "Must be a whole number."
+    elif isinstance(field, forms.DecimalField):
+        field.error_messages["invalid"] = "Must be a number."
+    field.validators = [_plain_limit(v) for v in field.validators]
+
+
 def schema_field(name: str, prop: Mapping[str, Any], *, required: bool) -> forms.Field:
     """Return the Django form field for one property of a pack's input JSON schema."""
     label = prop.get("title") or name.replace("_", " ").capitalize()
@@ -165,6 +208,7 @@ class CaseForm(forms.Form):
     )
     description = forms.CharField(
         required=False,
+        max_length=rules.DESCRIPTION_MAX_LENGTH,
         widget=forms.Textarea(attrs={"rows": 4}),
         help_text=f"Context for planning, up to {rules.DESCRIPTION_MAX_LENGTH:,} characters.",
     )
@@ -177,7 +221,8 @@ class CaseForm(forms.Form):
         max_value=rules.MAX_DEPTH_LIMIT,
         initial=rules.DEFAULT_MAX_DEPTH,
         help_text=(
-            f"How many levels the LLM may decompose ({rules.MIN_DEPTH} to {rules.MAX_DEPTH_LIMIT})."
+            f"How many levels the plan may break the goal down into "
+            f"({rules.MIN_DEPTH} to {rules.MAX_DEPTH_LIMIT})."
         ),
     )
 
@@ -203,8 +248,10 @@ class CaseForm(forms.Form):
         )
         self.fields["strategy"].widget.disabled_reasons = self.unavailable
         self.input_names: list[str] = []
+        self.schema = schema
         if schema is not None:
             for name, field in schema_fields(schema).items():
+                plain_messages(field, required=f"{field.label} is required.")
                 self.fields[name] = field
                 self.input_names.append(name)
         else:
@@ -213,6 +260,12 @@ class CaseForm(forms.Form):
                 required=False,
                 help_text='Optional facts for the planner, e.g. {"service": "payments"}.',
             )
+        for name in ("title", "goal", "description", "max_depth"):
+            plain_messages(self.fields[name], required=f"A {name} is required.")
+        # No `maxlength` on the box: a browser would cut a longer paste short without a word.
+        # The count beside it says how far the text is from the limit instead.
+        description = self.fields["description"].widget.attrs
+        description["data-limit"] = description.pop("maxlength")
         if not self.is_bound:
             self.initial.setdefault("domain", domain)
             strategy = self.initial.get("strategy") or self.fields["strategy"].initial
@@ -235,13 +288,6 @@ class CaseForm(forms.Form):
         """Return (value, label, reason) of each strategy that cannot run here."""
         return [(s, Strategy(s).label, reason) for s, reason in self.unavailable.items()]
 
-    def clean_description(self) -> str:
-        text: str = self.cleaned_data.get("description", "")
-        limit = rules.DESCRIPTION_MAX_LENGTH
-        if len(text) > limit:
-            raise forms.ValidationError(f"At most {limit:,} characters (this has {len(text):,}).")
-        return text
-
     def clean_inputs(self) -> Any:
         value = self.cleaned_data.get("inputs")
         if value is not None and not isinstance(value, dict):
@@ -255,7 +301,26 @@ class CaseForm(forms.Form):
         if strategy in self.unavailable:
             label = Strategy(strategy).label
             self.add_error("strategy", f"{label} {self.unavailable[strategy]}: choose another.")
+        self._check_schema()
         return data
+
+    def _check_schema(self) -> None:
+        # The pack schema's own checks (an identifier's shape) in the same round as the
+        # form's, on the inputs the form accepted: the data checks still come at submission.
+        if self.schema is None:
+            return
+        values = self.inputs()
+        try:
+            self.schema.model_validate(values)
+        except ValidationError as exc:
+            problems = flatten_errors(exc.errors(), "inputs")
+            # Only the inputs that were given: a missing one already has the form's error.
+            given = {
+                path: messages
+                for path, messages in problems.items()
+                if path.partition(".")[2].partition(".")[0] in values
+            }
+            self.add_case_errors(given)
 
     def inputs(self) -> dict[str, Any]:
         """Return the inputs from cleaned data, leaving out blank pack inputs so defaults apply."""

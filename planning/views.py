@@ -18,6 +18,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 from pydantic import BaseModel
 
+from audit.chain import case_chain
+from audit.models import AuditEvent
 from planning import rules
 from planning.actions import (
     CaseInvalid,
@@ -48,7 +50,12 @@ CASES_PER_PAGE = 25
 STATUSES_TODAY = tuple(CaseStatus)
 POLL_INTERVAL = "every 2s"
 # Statuses after which nothing more runs: the case page shows its result.
-ENDED_STATUSES = (CaseStatus.COMPLETED, CaseStatus.FAILED, CaseStatus.CANCELLED)
+ENDED_STATUSES = (
+    CaseStatus.COMPLETED,
+    CaseStatus.FAILED,
+    CaseStatus.CANCELLED,
+    CaseStatus.REJECTED,
+)
 # Form values a GET may carry into the form (the htmx refresh sends only the planning options
 # and the pack inputs; a shared link may carry the rest). Never the CSRF token.
 FORM_FIELDS = ("domain", "title", "goal", "description", "strategy", "max_depth", "inputs")
@@ -395,6 +402,27 @@ def _inputs_shown(case: Case) -> tuple[list[tuple[str, Any]], str]:
     return rows, ""
 
 
+def _ended_by(case: Case) -> dict[str, str] | None:
+    """Return who cancelled or rejected `case` and why, from its audit trail; None otherwise."""
+    action = {
+        CaseStatus.CANCELLED: "planning.case.cancelled",
+        CaseStatus.REJECTED: "planning.case.rejected",
+    }.get(CaseStatus(case.status))
+    if action is None:
+        return None
+    event = (
+        AuditEvent.objects.filter(chain=case_chain(case.pk), action=action).order_by("-seq").first()
+    )
+    if event is None:
+        return None
+    data = event.data if isinstance(event.data, dict) else {}
+    return {
+        "who": event.actor_label,
+        "why": str(data.get("reason_label") or data.get("reason_code") or ""),
+        "text": str(data.get("reason") or ""),
+    }
+
+
 def _result(case: Case, leaves: list[PlanNode]) -> dict[str, object] | None:
     """Return what an ended case shows: the goal-level verdict and the last steps' outputs.
 
@@ -408,6 +436,7 @@ def _result(case: Case, leaves: list[PlanNode]) -> dict[str, object] | None:
     shown = last | {dep for leaf in leaves if leaf.key in last for dep in leaf.depends_on}
     verification = case.verification if isinstance(case.verification, dict) else {}
     return {
+        "ended_by": _ended_by(case),
         "verified": "passed" in verification,
         "passed": bool(verification.get("passed")),
         "reasons": [str(r) for r in verification.get("reasons", [])],

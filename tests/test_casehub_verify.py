@@ -367,3 +367,14 @@ def test_verify_bundle_reads_from_any_seekable_file(bundle_path: tuple[Path, byt
     path, public = bundle_path
     report = casehub_verify.verify_bundle(io.BytesIO(path.read_bytes()), trusted_keys=[public])
     assert (report.ok, report.events, report.authenticated) == (True, 6, True)
+
+
+def test_a_broken_container_is_named_by_the_file_name_it_was_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    junk = tmp_path / "case-12-trail.zip"
+    junk.write_bytes(b"not a zip at all, not even close to one")
+    assert casehub_verify.main([str(junk)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"BROKEN: {junk}: changed:"), out
+    assert "bundle.zip" not in out

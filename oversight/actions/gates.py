@@ -446,6 +446,11 @@ def _on_rejected(gate: Gate, user: User, record: GateDecision) -> None:
             user,
             version=gate.version.number,
             reason_code=record.reason_code,
+            # The case page says why in words: planning cannot read oversight's reason codes.
+            reason_label=ReasonCode.objects.filter(code=record.reason_code)
+            .values_list("label", flat=True)
+            .first()
+            or record.reason_code,
             reason=record.reason,
         )
         notify.case_decided(case, approved=False, by=user)
@@ -497,6 +502,11 @@ def _on_rejected(gate: Gate, user: User, record: GateDecision) -> None:
             user,
             node=node.key,
             reason_code=record.reason_code,
+            # The case page says why in words: planning cannot read oversight's reason codes.
+            reason_label=ReasonCode.objects.filter(code=record.reason_code)
+            .values_list("label", flat=True)
+            .first()
+            or record.reason_code,
             reason=record.reason,
         )
         notify.case_decided(case, approved=False, by=user)

@@ -31,6 +31,7 @@ from django.views.decorators.http import require_GET, require_POST
 from accounts import roles
 from accounts.denials import record_denial
 from accounts.models import AccessDenial
+from accounts.users import UserChangeRefused
 from audit.chain import case_chain
 from audit.checkpoints import latest_checkpoint, verify_anchored_chain
 from audit.export import export_case_bundle
@@ -102,8 +103,13 @@ def permission_denied(request: HtmxHttpRequest, exception: Exception) -> HttpRes
     """
     # PermissionDenied messages are written by CaseHub's own checks, for the user to read.
     message = str(exception) if isinstance(exception, PermissionDenied) else ""
+    if message:
+        # Checks word their reasons as clauses ("only admins manage users"): show a sentence.
+        message = message[0].upper() + message[1:].rstrip(".") + "."
     record_denial(request, AccessDenial.Kind.FORBIDDEN)
-    return _error_page(request, "403.html", 403, message)
+    # A refused user change is an admin's, about a user's record: a role would not help.
+    ask_for_role = not isinstance(exception, UserChangeRefused)
+    return _error_page(request, "403.html", 403, message, ask_for_role=ask_for_role)
 
 
 def page_not_found(request: HtmxHttpRequest, exception: Exception) -> HttpResponse:

@@ -40,10 +40,12 @@ from oversight.models import (
 from oversight.policy import RISK_CLASSES
 from oversight.queries import inbox_for, visible_gate
 from planning.catalogue import registered_packs
+from planning.core.diff import PlanDiff, diff_plans
 from planning.core.refs import REF_KEY, is_ref
 from planning.dot import plan_dot
-from planning.models import PlanNode, Tool
+from planning.models import PlanNode, PlanVersion, Tool
 from planning.queries import case_for, visible_cases
+from planning.versions import load_plan
 from web.http import HtmxHttpRequest, render_partial
 
 INBOX_PAGE_SIZE = 25
@@ -307,9 +309,23 @@ def _consequences(
     return found
 
 
+def _reason_label(code: str) -> str:
+    """Return the label of reason code `code` (the code itself when it has none)."""
+    if not code:
+        return ""
+    return ReasonCode.objects.filter(code=code).values_list("label", flat=True).first() or code
+
+
 def _reject_codes() -> list[ReasonCode]:
     # JSON containment is not portable to SQLite: the list is short, filter it here.
     return [c for c in ReasonCode.objects.filter(active=True) if "reject" in (c.applies_to or [])]
+
+
+def _changes_from_previous(version: PlanVersion) -> PlanDiff | None:
+    """Return what changed from the version before `version`; None for a first version."""
+    previous = PlanVersion.objects.filter(case_id=version.case_id, number=version.number - 1)
+    before = previous.first() if version.number > 1 else None
+    return diff_plans(load_plan(before), load_plan(version)) if before is not None else None
 
 
 def _gate_context(
@@ -345,6 +361,10 @@ def _gate_context(
     is_current = case.current_version_id == gate.version_id
     may_decide = why_not is None and gate.is_open and is_current
     decisions = list(gate.decisions.order_by("time", "id"))
+    if any(d.reason_code for d in decisions):
+        labels = dict(ReasonCode.objects.values_list("code", "label"))
+        for d in decisions:
+            d.reason_label = labels.get(d.reason_code, d.reason_code)  # type: ignore[attr-defined]
     return {
         "gate": gate,
         "case": case,
@@ -371,6 +391,13 @@ def _gate_context(
             for leaf in (leaves if node is None else [])
         ],
         "leaf_count": len(leaves),
+        # A step's reason is its one finding's detail: say it once, in the findings.
+        "reason_in_findings": gate.reason
+        in {f.get("detail") for f in gate.reasons or () if isinstance(f, dict)},
+        "changes": _changes_from_previous(version),
+        "edit_reason": _reason_label(version.edit.get("reason_code", ""))
+        if isinstance(version.edit, dict)
+        else "",
         "decisions": decisions,
         "is_current": is_current,
         "may_decide": may_decide,
@@ -409,6 +436,8 @@ def _again(
 ) -> HttpResponse:
     gate = visible_gate(request.user, gate_id)  # as it is now, after whatever happened
     posted = {k: request.POST.get(k, "") for k in ("decision", "reason_code", "reason")}
+    # The detail the officer opened stays open (and approval enabled) on the page they get back.
+    posted["detail_opened"] = "1" if "1" in request.POST.getlist("detail_opened") else ""
     context = _gate_context(request, gate, errors=errors, notice=notice, posted=posted)
     return render(request, "oversight/gate_detail.html", context, status=status)
 

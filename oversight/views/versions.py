@@ -228,7 +228,7 @@ class PlanEditForm(forms.Form):
         label="Runs after",
         required=False,
         widget=forms.CheckboxSelectMultiple,
-        help_text="None selected: it waits for no sibling.",
+        help_text="The sibling steps it waits for; with none ticked it starts without waiting.",
     )
     remove = forms.BooleanField(
         label="Remove this step from the plan", required=False, label_suffix=""

@@ -30,6 +30,13 @@
     });
   }
 
+  // A refused decision (a wrong signing password) answers the POST with the gate page: show
+  // the gate's own address, so a reload or a shared link opens the page, not the decide URL.
+  var page = document.querySelector(".gate-page[data-url]");
+  if (page && window.location.pathname !== page.dataset.url) {
+    window.history.replaceState(null, "", page.dataset.url);
+  }
+
   // With this script, opening the detail is enough: the no-script checkbox is not needed.
   document.querySelectorAll("[data-no-js-check]").forEach(function (label) { label.hidden = true; });
   if (document.readyState === "loading") {

@@ -41,12 +41,12 @@ def _watch_console(page: Any) -> list[str]:
     problems: list[str] = []
 
     def console(message: Any) -> None:
-        # Failed loads are judged by their responses below (the browser's favicon probe 404s).
+        # Failed loads are judged by their responses below.
         if message.type == "error" and not message.text.startswith("Failed to load resource"):
             problems.append(message.text)
 
     def response(answer: Any) -> None:
-        if answer.status >= 400 and not answer.url.endswith("/favicon.ico"):
+        if answer.status >= 400:
             problems.append(f"{answer.status} {answer.url}")
 
     page.on("console", console)
@@ -332,3 +332,48 @@ def test_hostile_step_text_is_drawn_as_text(page: Any, request: pytest.FixtureRe
     out.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(out / "hostile.png"), full_page=True)
     assert problems == []
+
+
+def test_the_form_shows_the_servers_messages_at_once_and_clears_one_when_corrected(
+    page: Any,
+) -> None:
+    sync_packs()
+    analyst = personas.analyst()
+    _log_in(page, analyst.username)
+    page.goto("/cases/new/")
+    page.fill("input[name=goal]", "Verify it")
+    page.fill("input[name=input_invoice_id]", "abc")
+    page.fill("textarea[name=description]", "x" * 10_001)
+    page.click("button.primary[type=submit]")
+    # The browser does not stop the form with its own generic words: every field's error is
+    # the server's, in one round.
+    page.wait_for_selector('[data-field="title"] .errorlist', timeout=5_000)
+
+    def error(name: str) -> str:
+        return page.inner_text(f'[data-field="{name}"] .errorlist').strip()
+
+    assert error("input_invoice_id") == "An invoice number looks like INV-1042."
+    assert error("description") == "At most 10,000 characters (this has 10,001)."
+    assert error("title") == "A title is required."
+    page.screenshot(path=str(ROOT / "var" / "screens" / "case-form-errors.png"), full_page=True)
+    page.fill("input[name=input_invoice_id]", "INV-1042")
+    assert page.locator('[data-field="input_invoice_id"] .errorlist').count() == 0
+    assert page.get_attribute("input[name=input_invoice_id]", "aria-invalid") is None
+    assert page.locator('[data-field="title"] .errorlist').count() == 1
+    assert not Case.objects.exists()
+
+
+def test_step_keys_and_method_descriptions_keep_their_case(page: Any) -> None:
+    sync_packs()
+    officer = personas.officer()
+    _log_in(page, officer.username)
+    page.goto("/methods/")
+    row_header = page.locator(".methods-table tbody th").first
+    assert row_header.evaluate("e => getComputedStyle(e).textTransform") == "none"
+    assert (
+        page.locator(".methods-table thead th").first.evaluate(
+            "e => getComputedStyle(e).textTransform"
+        )
+        == "uppercase"
+    )  # the column titles stay small capitals
+    page.screenshot(path=str(ROOT / "var" / "screens" / "methods.png"))

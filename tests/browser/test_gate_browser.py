@@ -18,6 +18,8 @@ from tests.cases import planned_invoice_case
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
+SCREENS = Path(__file__).resolve().parents[2] / "var" / "screens"
+
 
 def _invoice_case(analyst: Any) -> Case:
     return planned_invoice_case(analyst, goal="Verify invoice INV-1042 before it is paid")
@@ -93,3 +95,57 @@ def test_officer_reviews_and_approves_a_plan_gate_from_the_inbox(page: Any, tmp_
     page.wait_for_selector('.notification[data-read="true"]')
     assert page.locator('[data-count="notifications"]').count() == 0
     assert problems == []
+
+
+def test_the_gate_of_an_edited_version_shows_what_changed_and_opens_the_diff(page: Any) -> None:
+    from oversight.actions.edits import edit_plan
+
+    sync_packs()
+    case = _invoice_case(personas.analyst())
+    edit_plan(
+        case_id=case.pk,
+        user=personas.officer(),
+        node_key="check-totals",
+        changes={"task": "Compare the totals with the purchase order, line by line"},
+        reason_code="wrong-agent",
+        reason="the totals need a line by line look",
+    )
+    gate = Gate.objects.get(case=case, version__number=2, kind=GateKind.PLAN)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    _log_in(page, personas.second_officer().username)
+    page.goto(f"/gates/{gate.pk}/")
+    changes = page.inner_text('[data-section="version-changes"]')
+    assert "What changed from v1" in changes and "check-totals: task" in changes, changes
+    page.locator('[data-section="version-changes"]').screenshot(
+        path=str(SCREENS / "gate-changes.png")
+    )
+    page.click('[data-section="version-changes"] a')
+    page.wait_for_selector('.diff-page[data-from="1"][data-to="2"] [data-node="check-totals"]')
+
+
+def test_a_wrong_signing_password_keeps_the_gates_url_the_detail_open_and_sign_enabled(
+    page: Any,
+) -> None:
+    sync_packs()
+    case = _invoice_case(personas.analyst())
+    hold_gate = Gate.objects.get(case=case, kind=GateKind.STEP, node__key="place-hold")
+    assert hold_gate.needs_signature
+    officer = personas.officer()
+    page.set_viewport_size({"width": 1280, "height": 900})
+    _log_in(page, officer.username)
+    page.goto(f"/gates/{hold_gate.pk}/")
+    page.click("#step-detail summary")
+    page.wait_for_selector("[data-approve]:not([disabled])")
+    page.fill("#id_password", "not my password")
+    page.fill("#id_approve_reason", "checked the hold")
+    page.click("[data-approve]")
+    page.wait_for_selector("#password-error")
+    assert page.url.endswith(f"/gates/{hold_gate.pk}/"), page.url
+    assert page.get_attribute("#step-detail", "open") is not None
+    assert page.is_enabled("[data-approve]")
+    assert page.input_value("#id_approve_reason") == "checked the hold"
+    page.screenshot(path=str(SCREENS / "gate-wrong-password.png"))
+    page.fill("#id_password", personas.PASSWORD)
+    page.click("[data-approve]")
+    page.wait_for_selector('.gate-page[data-status="approved"]')
+    assert GateDecision.objects.filter(gate=hold_gate, decider=officer).count() == 1

@@ -91,6 +91,7 @@ planning:method-detail                            401  403  403  ok   ok   ok   
 planning:method-approve                           401  403  403  ok   ok   403  ok   403
 planning:method-reject                            401  403  403  ok   ok   403  ok   403
 planning:method-retire                            401  403  403  ok   ok   403  ok   403
+favicon                                           ok   ok   ok   ok   ok   ok   ok   ok
 health                                            ok   ok   ok   ok   ok   ok   ok   ok
 # /metrics is allowed by client address (loopback here) and token, not by role
 metrics                                           ok   ok   ok   ok   ok   ok   ok   ok

@@ -334,3 +334,20 @@ def test_a_cancel_or_stop_between_a_human_steps_claim_and_its_work_item_opens_no
         assert execution.execute_leaf(first.pk, worker="b") == [f"{first.pk} waits for a person"]
         item = WorkItem.objects.get(status=WorkItem.Status.OPEN)
         assert (item.node_id, item.attempt) == (first.pk, claim.attempt + 1)
+
+
+def test_a_cancelled_cases_result_says_who_cancelled_it_and_why(analyst: Any, officer: Any) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    case = planned_invoice_case(analyst)
+    approve(_gate(case, GateKind.PLAN), officer)
+    execution.cancel_case(
+        case_id=case.pk, user=officer, reason_code="duplicate", reason="paid last week"
+    )
+    client = Client()
+    client.force_login(analyst)
+    page = client.get(reverse("planning:case-detail", args=[case.pk])).content.decode()
+    result = page.split('id="case-result"', 1)[1].split("</section>", 1)[0]
+    assert f"The case was cancelled by {officer.username}</strong>" in result, result
+    assert "Why: Duplicate of other work — paid last week" in result, result

@@ -222,6 +222,8 @@ def test_cancelling_from_the_page_needs_a_reason_code_and_then_cancels(
     assert refused.status_code == 422
     body = refused.content.decode()
     assert 'id="cancel-reason-code-error"' in body and "keep this text" in body
+    # Cancelling sits in the case's Execution card, not under a "Work items" title.
+    assert '<h2 id="case-execution-title">Execution</h2>' in body
     bare = client.post(url, {"reason_code": "other", "reason": ""})
     assert bare.status_code == 422
     assert 'id="cancel-reason-error"' in bare.content.decode()
@@ -375,6 +377,30 @@ def test_everyone_sees_the_banner_while_execution_is_stopped(
         assert banner in client_for(user).get(url).content.decode(), user
 
 
+def test_an_open_case_pages_refresh_takes_the_banner_away_after_resume(
+    analyst: Any, admin_user: Any
+) -> None:
+    case = make_case(analyst)
+    make_plan(case)
+    client = client_for(analyst)
+    execution.set_stopped(stopped=True, user=admin_user, reason="maintenance")
+    live = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "case-live"}
+    stopped = client.get(case_url(case.pk), **live).content.decode()
+    assert 'id="stopped-banner" hx-swap-oob="true"' in stopped
+    assert 'data-banner="execution-stopped"' in stopped
+    execution.set_stopped(stopped=False, user=admin_user, reason="")
+    resumed = client.get(case_url(case.pk), **live).content.decode()
+    assert 'id="stopped-banner" hx-swap-oob="true"' in resumed
+    assert 'data-banner="execution-stopped"' not in resumed
+
+
+def test_the_stopped_control_page_says_execution_is_stopped_once(admin_user: Any) -> None:
+    admin = client_for(admin_user)
+    admin.post(reverse("execution:execution-control-set"), {"action": "stop", "reason": "ERP"})
+    page = admin.get(reverse("execution:execution-control")).content.decode()
+    assert page.count("Execution is stopped") == 1, page
+
+
 # Trust in the admin ---------------------------------------------------------------------------
 
 
@@ -391,3 +417,33 @@ def test_the_admin_lists_trust_scores_read_only_with_the_current_trust(admin_use
     page = client.get(reverse("admin:execution_trustscore_changelist")).content.decode()
     assert "payments.hold" in page and expected in page
     assert client.get(reverse("admin:execution_trustscore_add")).status_code == 403
+
+
+def test_the_admin_shows_trust_outcomes_as_decayed_counts_not_stored_weights(
+    admin_user: Any,
+) -> None:
+    import time
+
+    from execution.trust import weight
+    from planning.catalogue import sync_packs
+
+    sync_packs()
+    agent = Agent.objects.get(slug="payments-clerk")
+    now = weight(time.time())  # one outcome now, as the workers store it
+    TrustScore.objects.create(
+        agent=agent,
+        capability="payments.hold",
+        successes=3 * now,
+        failures=now,
+        updated_at=timezone.now(),
+    )
+    page = client_for(admin_user).get(reverse("admin:execution_trustscore_changelist"))
+    html = page.content.decode()
+    assert re.search(r'field-recent_successes">3\.0<', html), html
+    assert re.search(r'field-recent_failures">1\.0<', html)
+    assert f"{3 * now}" not in html and f"{3 * now:.1f}" not in html
+    score = TrustScore.objects.get(agent=agent)
+    change = client_for(admin_user).get(
+        reverse("admin:execution_trustscore_change", args=[score.pk])
+    )
+    assert change.status_code == 200 and "3.0" in change.content.decode()

@@ -17,7 +17,7 @@ from accounts.models import AccessDenial, SigningState
 from audit.chain import case_chain
 from audit.models import AuditEvent
 from oversight.models import Gate, GateDecision, GateKind, GateRisk, GateStatus, Notification
-from planning.models import Case, CaseStatus, PlanNode, PlanVersion
+from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
 from tests import personas
 from tests.cases import planned_invoice_case
 from tests.planning.factories import make_case, make_plan
@@ -148,7 +148,7 @@ def test_a_user_who_is_analyst_and_officer_never_sees_nor_approves_their_own_cas
     assert "nobody decides a gate of a case they submitted" in page
     response = approve(client, gate)
     assert response.status_code == 403
-    assert "nobody decides a gate of a case they submitted" in response.content.decode()
+    assert "Nobody decides a gate of a case they submitted." in response.content.decode()
     assert not GateDecision.objects.filter(gate__case=case).exists()
     gate.refresh_from_db()
     assert gate.status == GateStatus.PENDING
@@ -383,7 +383,16 @@ def test_a_rejection_needs_a_reason_code_and_then_rejects_the_case(
     case.refresh_from_db()
     assert case.status == CaseStatus.REJECTED
     page = client.get(reverse("oversight:gate-detail", args=[gate.pk])).content.decode()
-    assert "too-risky" in page and 'id="approve-form"' not in page
+    decisions = page.split('data-section="decisions"', 1)[1].split("</section>", 1)[0]
+    assert "Reason: Too risky to run as planned" in decisions and ">too-risky<" not in decisions
+    assert 'id="approve-form"' not in page
+    # No step of a rejected plan still waits for an approval: none will come.
+    leaves = PlanNode.objects.filter(version=gate.version, kind=PlanNode.Kind.LEAF)
+    assert set(leaves.values_list("status", flat=True)) == {NodeStatus.CANCELLED}
+    case_page = client.get(reverse("planning:case-detail", args=[case.pk])).content.decode()
+    assert 'data-status="awaiting_approval"' not in case_page
+    assert f"The case was rejected by {officer.username}</strong>" in case_page
+    assert "Why: Too risky to run as planned — no" in case_page
 
 
 def test_a_stale_decision_is_refused_with_409(analyst: Any, officer: Any) -> None:
@@ -509,3 +518,27 @@ def test_home_pages_show_real_counts(analyst: Any, officer: Any, auditor: Any) -
     assert today > 0
     assert f'<strong data-count="events-today">{today}</strong>' in auditor_home
     assert "1 unread notification" in client_for(officer).get(reverse("home")).content.decode()
+
+
+def test_an_escalation_gate_is_named_an_escalation_and_its_reason_is_said_once(
+    analyst: Any, officer: Any
+) -> None:
+    from oversight.actions.opening import open_escalation_gate
+
+    case = invoice_case(analyst)
+    hold = hold_gate(case)
+    escalation = open_escalation_gate(
+        hold.version, hold.node, reason="the payment hold failed twice: a person decides"
+    )
+    page = client_for(officer).get(reverse("oversight:gate-detail", args=[escalation.pk]))
+    html = page.content.decode()
+    assert "<h1>Escalation: place-hold</h1>" in html
+    assert "<title>Escalation of step place-hold" in html
+    why = html.split('data-section="why-gated"', 1)[1].split("</section>", 1)[0]
+    assert why.count("the payment hold failed twice") == 1, why
+    step = client_for(officer).get(reverse("oversight:gate-detail", args=[hold.pk])).content
+    why = step.decode().split('data-section="why-gated"', 1)[1].split("</section>", 1)[0]
+    assert why.count(hold.reason) == 1, why
+    gates = client_for(officer).get(reverse("oversight:case-gates", args=[case.pk]))
+    listed = gates.content.decode()
+    assert "Escalation of place-hold" in listed and "Step place-hold" in listed

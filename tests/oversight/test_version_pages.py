@@ -294,3 +294,41 @@ def test_a_compound_or_another_cases_node_has_no_edit_form(
     )  # fmt: skip
     leaf = _node(case, "check-totals")
     assert client.get(reverse("oversight:plan-edit", args=[other.pk, leaf.pk])).status_code == 404
+
+
+def test_the_gate_page_of_an_edited_version_says_what_changed_and_links_the_diff(
+    case: Case, people: dict[str, Any]
+) -> None:
+    edit_plan(
+        case_id=case.pk,
+        user=people["officer"],
+        node_key="check-totals",
+        changes={"agent": "second-auditor"},
+        reason_code="wrong-agent",
+        reason="knows them",
+    )
+    gate = Gate.objects.get(case=case, version__number=2, kind=GateKind.PLAN)
+    second = personas.second_officer()
+    html = _client(second).get(reverse("oversight:gate-detail", args=[gate.pk])).content.decode()
+    section = html.split('data-section="version-changes"', 1)[1].split("</section>", 1)[0]
+    assert "What changed from v1" in section
+    assert re.search(r"<code>check-totals</code>.*agent", section, re.S), section
+    assert "knows them" in section
+    diff_url = reverse("oversight:version-diff", args=[case.pk])
+    assert f'href="{diff_url}?from=1&amp;to=2"' in section
+
+
+def test_the_gate_page_of_a_first_version_has_no_changes_section(
+    case: Case, people: dict[str, Any]
+) -> None:
+    gate = Gate.objects.get(case=case, version__number=1, kind=GateKind.PLAN)
+    html = _client(people["officer"]).get(reverse("oversight:gate-detail", args=[gate.pk]))
+    assert 'data-section="version-changes"' not in html.content.decode()
+
+
+def test_the_edit_forms_runs_after_hint_holds_whatever_is_ticked(
+    case: Case, people: dict[str, Any]
+) -> None:
+    html = _client(people["officer"]).get(_edit_url(case, "audit-report")).content.decode()
+    assert "None selected" not in html
+    assert "with none ticked it starts without waiting" in html

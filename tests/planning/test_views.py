@@ -13,6 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from observability.metrics import EventCount
+from planning import rules
 from planning.catalogue import sync_packs
 from planning.models import Case, CaseStatus, PlanNode
 from tests.personas import analyst as make_analyst
@@ -481,8 +482,10 @@ def test_invalid_submission_keeps_the_input_and_shows_errors_next_to_the_fields(
     assert 'value="not-an-invoice"' in page
     assert 'data-field="goal"' in page
     goal_field = page.split('data-field="goal"', 1)[1].split('data-field="description"', 1)[0]
-    assert "This field is required." in goal_field
-    # Django's form check fails first on the goal; the pack's schema is checked by submit_case.
+    assert "A goal is required." in goal_field
+    # The pack schema's check comes in the same round as the form's, in the server's words.
+    invoice_field = page.split('data-field="input_invoice_id"', 1)[1].split("data-field=", 1)[0]
+    assert "An invoice number looks like INV-1042." in invoice_field
     response = client_for(analyst).post(
         reverse("planning:case-new"),
         {
@@ -952,3 +955,26 @@ def test_step_page_query_count_is_constant_up_to_500_leaves(
     page = response.content.decode()
     assert page.count('<tr data-key="step-') == 500 and 'data-node="step-22"' in page
     assert len(few.captured_queries) <= 10
+
+
+def test_the_case_forms_limits_read_as_the_servers_do(analyst: Any, packs: None) -> None:
+    response = client_for(analyst).post(
+        reverse("planning:case-new"),
+        {
+            "domain": "invoice", "title": "t" * (rules.TITLE_MAX_LENGTH + 1), "goal": "g",
+            "strategy": "static", "max_depth": "99", "input_invoice_id": "INV-1042",
+        },
+    )  # fmt: skip
+    page = response.content.decode()
+    assert response.status_code == 422
+    assert "Ensure this value" not in page
+    assert f"At most {rules.TITLE_MAX_LENGTH:,} characters (this has 201)." in page
+    assert f"At most {rules.MAX_DEPTH_LIMIT}." in page
+    # The description's limit is said beside the box, not enforced by cutting a paste short.
+    assert 'data-limit="10000"' in page and 'maxlength="10000"' not in page
+
+
+def test_the_depth_hint_does_not_speak_of_the_llm(analyst: Any, packs: None) -> None:
+    page = client_for(analyst).get(reverse("planning:case-new")).content.decode()
+    hint = page.split('id="id_max_depth_helptext"', 1)[1].split("</div>", 1)[0]
+    assert "LLM" not in hint and "levels the plan may break the goal down into" in hint

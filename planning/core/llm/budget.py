@@ -201,7 +201,7 @@ def check_call(
             raise LlmBudgetExhausted(
                 f"The model {estimate.model!r} has no price in CASEHUB_LLM_PRICES, so the "
                 f"{label} LLM cost budget {format_usd(limits.cost_usd)} cannot be checked and "
-                "the call is not made: an admin adds a price for the model (or a '*' entry).",
+                "the call is not made: the operator adds its price (or a '*' entry) there.",
                 scope=scope,
                 budget="price",
                 limit=float(limits.cost_usd),
