@@ -153,8 +153,11 @@ def test_analyst_submits_the_forms_defaults_and_watches_the_case_planned(
 
     # A step opened from the table is highlighted in the graph too, in the swap's own task: no
     # moment in which the panel shows one step and the graph or the table another.
+    # Only the step panel's swap counts: the page's own poll (every 2 s) swaps too, and under load
+    # it can land between this listener and the click.
     page.evaluate(
-        """() => document.addEventListener("htmx:afterSwap", () => {
+        """() => document.addEventListener("htmx:afterSwap", (event) => {
+            if (window.__atSwap || event.detail.target.id !== "node-panel") return;
             window.__atSwap = [
                 [...document.querySelectorAll("#dag svg g.node.selected text:first-of-type")]
                     .map(e => e.textContent).join(),
@@ -162,7 +165,7 @@ def test_analyst_submits_the_forms_defaults_and_watches_the_case_planned(
                     .map(e => e.dataset.key).join(),
                 document.getElementById("node-panel").getAttribute("data-node"),
             ];
-        }, { once: true })"""
+        })"""
     )
     page.click('#task-table a:text-is("check-totals")')
     page.wait_for_selector('#node-panel[data-node="check-totals"]')
