@@ -238,7 +238,10 @@ def test_two_officers_edit_review_approve_and_sign_an_invoice_case(
         assert "No decision yet" in page_two.inner_text('[data-section="decisions"]')
         assert not GateDecision.objects.filter(gate=v2_hold).exists()
 
-        _open_detail_and_check_the_button(page_two)  # the refused page is a fresh page
+        # The refused page keeps the gate's URL, the step detail open and Sign enabled.
+        assert page_two.url.endswith(f"/gates/{v2_hold.pk}/"), page_two.url
+        assert page_two.is_enabled("[data-approve]")
+        assert page_two.input_value("[data-detail-flag]") == "1"
         page_two.fill("#id_password", personas.PASSWORD)
         page_two.click("[data-approve]")
         page_two.wait_for_selector('.gate-page[data-status="approved"]')

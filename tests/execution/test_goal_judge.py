@@ -448,7 +448,10 @@ def test_a_case_cancelled_while_verifying_stays_cancelled_and_is_never_judged(
     client.force_login(analyst)
     page = client.get(reverse("planning:case-detail", args=[case.pk])).content.decode()
     result = page[page.index('id="case-result"') :]
-    assert "The case was cancelled</strong> before goal-level verification ran" in result
+    assert (
+        f"The case was cancelled by {cancelled.actor_label}</strong> before goal-level "
+        "verification ran" in result
+    )
 
 
 @pytest.fixture
