@@ -387,7 +387,8 @@ def test_sibling_compounds_are_expanded_concurrently(fake_openai: FakeOpenAIServ
 
 
 def test_depth_three_runs_in_three_rounds(fake_openai: FakeOpenAIServer) -> None:
-    fake_openai.latency_s = 0.1
+    # long enough for the nine calls of the second round to overlap on a busy machine
+    fake_openai.latency_s = 0.5
     fake_openai.responder = _tree_responder(3)
     plan = planner(fake_openai, max_depth=3).plan(FRAUD, STATE)
     assert len(fake_openai.requests) == expected_calls(3, 3) == 13
