@@ -100,11 +100,17 @@
       data: {
         labels: g.labels,
         datasets: [
-          dataset("planning time (s)", g.planning_s, 0),
-          dataset("time to approval (s)", g.approval_s, 4),
+          dataset("planning time (s)", g.planning_s, 0, { yAxisID: "y" }),
+          dataset("time to approval (s)", g.approval_s, 4, { yAxisID: "approval" }),
         ],
       },
-      options: { scales: { y: { beginAtZero: true, title: { display: true, text: "seconds" } } } },
+      // Seconds of planning beside minutes or hours of review: each on its own axis, so the
+      // shorter one is not a sliver.
+      options: { scales: { y: { beginAtZero: true,
+                                title: { display: true, text: "planning time (s)" } },
+                           approval: { position: "right", beginAtZero: true,
+                                       title: { display: true, text: "time to approval (s)" },
+                                       grid: { drawOnChartArea: false } } } },
     });
 
     var gates = data.gates;
