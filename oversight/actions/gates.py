@@ -435,6 +435,12 @@ def _dependents(version: PlanVersion, key: str) -> list[str]:
     return sorted(found)
 
 
+def _reason_label(code: str) -> str:
+    """Return the label of a reason code (the code itself when it has none)."""
+    label = ReasonCode.objects.filter(code=code).values_list("label", flat=True).first()
+    return label or code
+
+
 def _on_rejected(gate: Gate, user: User, record: GateDecision) -> None:
     case = gate.case
     why = rejection_reason(record)
@@ -447,10 +453,7 @@ def _on_rejected(gate: Gate, user: User, record: GateDecision) -> None:
             version=gate.version.number,
             reason_code=record.reason_code,
             # The case page says why in words: planning cannot read oversight's reason codes.
-            reason_label=ReasonCode.objects.filter(code=record.reason_code)
-            .values_list("label", flat=True)
-            .first()
-            or record.reason_code,
+            reason_label=_reason_label(record.reason_code),
             reason=record.reason,
         )
         notify.case_decided(case, approved=False, by=user)
@@ -503,10 +506,7 @@ def _on_rejected(gate: Gate, user: User, record: GateDecision) -> None:
             node=node.key,
             reason_code=record.reason_code,
             # The case page says why in words: planning cannot read oversight's reason codes.
-            reason_label=ReasonCode.objects.filter(code=record.reason_code)
-            .values_list("label", flat=True)
-            .first()
-            or record.reason_code,
+            reason_label=_reason_label(record.reason_code),
             reason=record.reason,
         )
         notify.case_decided(case, approved=False, by=user)
