@@ -435,18 +435,22 @@ def _result(case: Case, leaves: list[PlanNode]) -> dict[str, object] | None:
     last = {leaf.key for leaf in leaves if leaf.key not in waited_for}
     shown = last | {dep for leaf in leaves if leaf.key in last for dep in leaf.depends_on}
     verification = case.verification if isinstance(case.verification, dict) else {}
+    outputs = [leaf for leaf in leaves if leaf.key in shown and leaf.output is not None]
     return {
         "ended_by": _ended_by(case),
         "verified": "passed" in verification,
         "passed": bool(verification.get("passed")),
         "reasons": [str(r) for r in verification.get("reasons", [])],
         "checks": [str(c) for c in verification.get("checks", [])],
-        "outputs": [
-            (leaf, value_rows(leaf.output))
-            for leaf in leaves
-            if leaf.key in shown and leaf.output is not None
-        ],
+        "findings": sum(_findings(leaf.output) for leaf in outputs),
+        "outputs": [(leaf, value_rows(leaf.output)) for leaf in outputs],
     }
+
+
+def _findings(output: object) -> int:
+    """Return how many findings a step's output reports (its `findings` list), 0 without one."""
+    findings = output.get("findings") if isinstance(output, dict) else None
+    return len(findings) if isinstance(findings, list) else 0
 
 
 def _case_context(request: HtmxHttpRequest, case: Case) -> dict[str, object]:

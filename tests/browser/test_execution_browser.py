@@ -79,7 +79,8 @@ def test_the_analyst_watches_the_invoice_case_run_and_reads_its_result(
     assert case.status == CaseStatus.COMPLETED, case.verification
     page.wait_for_selector('#case-live[data-status="completed"]')
     result = page.locator("#case-result").inner_text()
-    assert "The goal is verified." in result
+    reached = "The goal is reached — and the steps reported 2 findings: see the outputs below."
+    assert reached in result
     report = page.locator('#case-result [data-output="audit-report"]').inner_text()
     assert "duplicate payment" in report
     assert "recommendation" in report and "hold" in report

@@ -167,7 +167,10 @@ def test_an_ended_case_shows_the_verdict_and_the_audit_reports_findings(
     page = client_for(analyst).get(case_url(case_id)).content.decode()
     assert 'hx-trigger="every 2s"' not in page
     result = page.split('id="case-result"', 1)[1].split("</section>", 1)[0]
-    assert "The goal is verified." in result
+    verdict = re.sub(r"<[^>]+>", "", result.split('class="verdict"', 1)[1].split("</p>", 1)[0])
+    reached = "The goal is reached — and the steps reported 2 findings: see the outputs below."
+    assert reached in verdict
+    assert "not that what it examined is in order" in verdict
     assert re.search(r"<li>all \d+ steps ended as planned</li>", result)
     report = result.split('data-output="audit-report"', 1)[1].split("</article>", 1)[0]
     assert "recommendation</dt><dd>hold</dd>" in report
@@ -184,7 +187,7 @@ def test_a_failed_verdict_names_its_reasons(analyst: Any) -> None:
     case.save(update_fields=["status", "verification"])
     page = client_for(analyst).get(case_url(case.pk)).content.decode()
     result = page.split('id="case-result"', 1)[1].split("</section>", 1)[0]
-    assert "The goal is not verified." in result
+    assert "The goal is not reached." in result
     assert "<li>step-1 failed: ERP answered 503</li>" in result
 
 
