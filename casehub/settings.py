@@ -16,6 +16,7 @@ from web.env import (
     env_bool,
     env_choice,
     env_decimal,
+    env_float,
     env_int,
     env_list,
     env_str,
@@ -303,6 +304,8 @@ CASEHUB_LLM_MAX_TOKENS_PER_CALL = env_int("CASEHUB_LLM_MAX_TOKENS_PER_CALL", 204
 CASEHUB_LLM_RESPONSE_FORMAT = env_choice(
     "CASEHUB_LLM_RESPONSE_FORMAT", ("json_schema", "json_object"), "json_schema"
 )
+# Sampling temperature sent with every LLM call (0 to 2); unset: none is sent (the server's own).
+CASEHUB_LLM_TEMPERATURE = env_float("CASEHUB_LLM_TEMPERATURE", low=0.0, high=2.0)
 # Model calls an `llm` agent may make for one leaf (tool rounds and its answer); more fails it.
 CASEHUB_LLM_AGENT_MAX_ROUNDS = env_int("CASEHUB_LLM_AGENT_MAX_ROUNDS", 4, minimum=1)
 # Budgets of one planning run: exceeding one fails planning cleanly.

@@ -24,6 +24,7 @@ from eval.runner import STRATEGIES, run_all
 from planning.core.llm.pricing import PriceTable
 from planning.core.llm.records import LlmSettings
 from tests.fakes.openai_server import FakeOpenAIServer
+from web.env import env_float
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 FAKE_SERVER = "the fake OpenAI-compatible server of the tests (loopback)"
@@ -71,6 +72,7 @@ def _settings(model: str, base_url: str | None, api_key: str | None, args: Any) 
         max_concurrency=args.concurrency,
         max_tokens_per_call=int(os.environ.get("CASEHUB_LLM_MAX_TOKENS_PER_CALL", "2048")),
         response_format="json_object" if response_format == "json_object" else "json_schema",
+        temperature=env_float("CASEHUB_LLM_TEMPERATURE", low=0.0, high=2.0),
     )
 
 

@@ -52,6 +52,7 @@ def llm_settings(model: str = "") -> LlmSettings:
                 if settings.CASEHUB_LLM_RESPONSE_FORMAT == "json_object"
                 else "json_schema"
             ),
+            temperature=settings.CASEHUB_LLM_TEMPERATURE,
         )
     except ValueError as exc:
         raise PlanningUnavailable(f"The LLM settings are invalid: {exc}.") from exc

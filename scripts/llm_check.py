@@ -14,9 +14,12 @@ depth 1, an `llm` case of depth 2 and a `hybrid` incident case that no static me
 covers. It prints per case the status reached, the time it took, the LLM calls, the warnings (what
 the model got wrong and was dropped) and the failure message if any.
 
-Exit status 0 when the depth-1 case reached awaiting_approval and no case failed for a protocol
-reason (a request the server refused, a transport error); a case that failed because the model's
-answers stayed unusable is reported, not counted as a failure of the check.
+Every call is sent with temperature 0 (`CASEHUB_LLM_TEMPERATURE`): greedy decoding, so a run
+repeats the last one. Exit status 0 when the depth-1 case and the depth-2 case reached
+awaiting_approval, the depth-2 one with at least one step decomposed (two LLM calls or more), and
+no case failed for a protocol reason (a request the server refused, a transport error); the hybrid
+case is reported, and its failure, when the model's answers stayed unusable, is not counted as a
+failure of the check.
 """
 
 from __future__ import annotations
@@ -364,6 +367,8 @@ def main() -> int:
         CASEHUB_LLM_CONCURRENCY="1",
         CASEHUB_LLM_TIMEOUT_S="300",
         CASEHUB_LLM_MAX_RETRIES="0",
+        # greedy decoding: the same prompts get the same answers, run after run
+        CASEHUB_LLM_TEMPERATURE="0",
     )
     with ExitStack() as servers:
         what = start_server(servers, llm_port)
@@ -393,10 +398,16 @@ def report(results: list[dict[str, Any]]) -> int:
             _log(f"    error: {result['error'][:600]}")
         if "LLM call to model" in result["error"] or result["status"] == "planning":
             failed = True  # the server refused a request, the transport failed, or it hung
-    first = results[0]
-    if first["status"] != "awaiting_approval":
+    depth_1, depth_2 = results[0], results[1]
+    if depth_1["status"] != "awaiting_approval":
         failed = True
         _log("FAILED: the depth-1 case did not reach awaiting_approval")
+    elif depth_2["status"] != "awaiting_approval":
+        failed = True
+        _log("FAILED: the depth-2 case did not reach awaiting_approval")
+    elif depth_2["llm_calls"] < 2:
+        failed = True
+        _log("FAILED: the depth-2 case was planned in one call (no step was decomposed)")
     elif failed:
         _log("FAILED: a case failed for a protocol reason (see above)")
     else:

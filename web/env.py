@@ -80,6 +80,25 @@ def env_decimal(
     return value
 
 
+def env_float(
+    name: str, environ: Mapping[str, str] = os.environ, *, low: float, high: float
+) -> float | None:
+    """Return the variable as a number between `low` and `high`, or None when unset or blank.
+
+    Raises ConfigError when it is not a number or is out of that range.
+    """
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number (e.g. 0.2), not {raw!r}") from None
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be between {low:g} and {high:g}, not {raw!r}")
+    return value
+
+
 def env_choice(
     name: str, choices: tuple[str, ...], default: str, environ: Mapping[str, str] = os.environ
 ) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from web.env import ConfigError, env_bool, env_choice, env_int, env_list, env_str
+from web.env import ConfigError, env_bool, env_choice, env_float, env_int, env_list, env_str
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -39,6 +39,16 @@ def test_a_choice_setting_takes_one_of_its_values_and_names_them_otherwise() -> 
     assert env_choice("F", formats, "json_schema", environ={"F": " json_object "}) == "json_object"
     with pytest.raises(ConfigError, match="F must be one of json_schema, json_object, not 'text'"):
         env_choice("F", formats, "json_schema", environ={"F": "text"})
+
+
+def test_a_float_setting_is_unset_or_a_number_in_its_range() -> None:
+    assert env_float("T", environ={}, low=0, high=2) is None
+    assert env_float("T", environ={"T": " 0 "}, low=0, high=2) == 0.0
+    assert env_float("T", environ={"T": "1.5"}, low=0, high=2) == 1.5
+    with pytest.raises(ConfigError, match="T must be a number"):
+        env_float("T", environ={"T": "warm"}, low=0, high=2)
+    with pytest.raises(ConfigError, match="T must be between 0 and 2, not '3'"):
+        env_float("T", environ={"T": "3"}, low=0, high=2)
 
 
 def _settings_in_subprocess(

@@ -73,7 +73,8 @@ class LlmSettings:
     """Where the model lives, how patiently to call it and how many calls may run at once.
 
     `max_tokens_per_call` bounds every answer; `response_format` is the structured output asked
-    for (``json_object`` for servers without ``json_schema`` support).
+    for (``json_object`` for servers without ``json_schema`` support); `temperature`, when set,
+    goes with every request (0 makes a local server's answers repeatable).
     """
 
     api_key: str | None = field(default=None, repr=False)
@@ -84,6 +85,8 @@ class LlmSettings:
     max_concurrency: int
     max_tokens_per_call: int = DEFAULT_MAX_TOKENS_PER_CALL
     response_format: ResponseFormat = "json_schema"
+    # sampling temperature sent with every request; None sends none (the server's default)
+    temperature: float | None = None
 
     def __post_init__(self) -> None:
         if self.timeout_s <= 0:
@@ -96,6 +99,8 @@ class LlmSettings:
             raise ValueError("model must not be empty")
         if not 16 <= self.max_tokens_per_call <= 1_000_000:
             raise ValueError("max_tokens_per_call must be between 16 and 1000000")
+        if self.temperature is not None and not 0 <= self.temperature <= 2:
+            raise ValueError("temperature must be between 0 and 2")
         if self.response_format not in RESPONSE_FORMATS:
             raise ValueError(
                 f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, "

@@ -148,6 +148,8 @@ class ChatTransport:
             self._bound_key: max_tokens,
             "response_format": format_,
         }
+        if self.settings.temperature is not None:
+            body["temperature"] = self.settings.temperature
         return body, sent
 
     def exchange(

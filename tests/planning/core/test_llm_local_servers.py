@@ -96,6 +96,20 @@ def test_max_tokens_is_what_is_left_of_the_case_budget_when_that_is_less(
     assert [request.max_tokens for request in fake_openai.requests] == [1000, 350]
 
 
+def test_a_temperature_goes_with_every_request_only_when_set(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    replies = {"investigate-fraud": answer(subtask("s", "gather")), "gather": answer(leaf("1"))}
+    fake_openai.responder = by_goal(replies)
+    planner(fake_openai, max_depth=2, temperature=0.0).plan(GOAL, STATE)
+    assert [request.body.get("temperature") for request in fake_openai.requests] == [0.0, 0.0]
+    planner(fake_openai, max_depth=2).plan(GOAL, STATE)
+    assert all("temperature" not in request.body for request in fake_openai.requests[2:])
+    assert len(fake_openai.requests) == 4
+    with pytest.raises(ValueError, match="temperature must be between 0 and 2"):
+        LlmSettings(model="m", timeout_s=1, max_retries=0, max_concurrency=1, temperature=2.5)
+
+
 def test_the_per_call_ceiling_is_a_setting_with_a_range() -> None:
     with pytest.raises(ValueError, match="max_tokens_per_call"):
         LlmSettings(model="m", timeout_s=1, max_retries=0, max_concurrency=1, max_tokens_per_call=8)
