@@ -28,6 +28,7 @@ from audit.signing import SigningKey, current_key, public_keys
 from casehub_verify import ChainProblem, ChainVerifier, canonical_json, ed25519_verify, format_time
 
 _CHAIN_NAME = re.compile(r"^[a-z]+(:[0-9]+)?$")
+_CHAIN_FILE = re.compile(r"^([a-z]+)(?:-([0-9]+))?\.jsonl$")
 ALERT_PROBLEMS_MAX = 20
 
 
@@ -80,6 +81,16 @@ def _path(chain: str) -> Path:
     if not _CHAIN_NAME.match(chain):
         raise ValueError(f"not a chain name: {chain!r}")
     return anchor_directory() / f"{chain.replace(':', '-')}.jsonl"
+
+
+def checkpointed_chains() -> set[str]:
+    """Return the chains that have a checkpoint file, whether or not the database knows them."""
+    chains: set[str] = set()
+    for path in anchor_directory().iterdir():
+        if match := _CHAIN_FILE.match(path.name):
+            name, number = match.groups()
+            chains.add(f"{name}:{number}" if number else name)
+    return chains
 
 
 def latest_checkpoint(chain: str) -> Checkpoint | None:
@@ -192,25 +203,29 @@ def write_checkpoints() -> CheckpointRun:
     """Verify every chain; checkpoint each intact one that moved, alert on each broken one.
 
     A broken chain (by the rules or against its last checkpoint) gets an `oversight.audit.broken`
-    event in the system chain instead of a checkpoint. Raises SigningKeyMissing when the signing
-    key cannot be read.
+    event in the system chain instead of a checkpoint. Every chain is every chain the database
+    has and every chain with a checkpoint file: a chain whose events are all gone (an older backup
+    restored, a case's rows deleted) is a rollback to seq 0, not a chain nobody looks at. Raises
+    SigningKeyMissing when the signing key cannot be read.
     """
     key = current_key()
     keys = public_keys()
     run = CheckpointRun()
-    for head in AuditChainHead.objects.order_by("chain").iterator():
+    heads = {head.chain: head for head in AuditChainHead.objects.all()}
+    for chain in sorted(heads.keys() | checkpointed_chains()):
+        head = heads.get(chain)
         try:
-            verifier = verify_anchored_chain(head.chain, keys)
+            verifier = verify_anchored_chain(chain, keys)
             problems = verifier.problems
         except ValueError as exc:
-            problems = [ChainProblem(head.seq, f"checkpoint: {exc}")]
+            problems = [ChainProblem(head.seq if head else 0, f"checkpoint: {exc}")]
         if problems:
-            run.broken[head.chain] = problems
+            run.broken[chain] = problems
             append_event(
                 "oversight.audit.broken",
                 chain=SYSTEM_CHAIN,
                 data={
-                    "chain": head.chain,
+                    "chain": chain,
                     "first_seq": problems[0].seq,
                     "problems": [
                         {"seq": p.seq, "problem": p.problem} for p in problems[:ALERT_PROBLEMS_MAX]
@@ -219,10 +234,12 @@ def write_checkpoints() -> CheckpointRun:
                 },
             )
             continue
-        latest = latest_checkpoint(head.chain)
-        if latest is not None and (latest.seq, latest.head_hash) == (head.seq, head.head_hash):
+        latest = latest_checkpoint(chain)
+        if head is None or (
+            latest is not None and (latest.seq, latest.head_hash) == (head.seq, head.head_hash)
+        ):
             continue
-        checkpoint = sign_checkpoint(head.chain, verifier.last_seq, verifier.last_hash, key)
+        checkpoint = sign_checkpoint(chain, verifier.last_seq, verifier.last_hash, key)
         _append(checkpoint)
         run.written.append(checkpoint)
     return run

@@ -111,6 +111,25 @@ def test_a_tail_rollback_after_a_checkpoint_is_reported() -> None:
     assert "ends at seq 3" in problems[0].problem
 
 
+@pytest.mark.scenario("A5", "F6")
+def test_a_chain_gone_from_the_database_is_a_rollback_its_checkpoint_reports() -> None:
+    _steps(7, 3)
+    _steps(8, 2)
+    anchors.write_checkpoints()
+    _roll_back_to(case_chain(7), 1)
+    tamper(f"DELETE FROM {EVENTS} WHERE chain = %s", [case_chain(7)])  # noqa: S608
+    tamper(f"DELETE FROM {HEADS} WHERE chain = %s", [case_chain(7)])  # noqa: S608
+    run = anchors.write_checkpoints()
+    assert list(run.broken) == [case_chain(7)]
+    assert [p.problem for p in run.broken[case_chain(7)]] == [
+        f"rollback: the chain ends at seq 0, but the checkpoint of "
+        f"{anchors.latest_checkpoint(case_chain(7)).time} saw seq 3"  # type: ignore[union-attr]
+    ]
+    alert = AuditEvent.objects.get(chain=SYSTEM_CHAIN, action="oversight.audit.broken")
+    assert (alert.data["chain"], alert.data["first_seq"]) == (case_chain(7), 3)
+    assert anchors.checkpointed_chains() >= {case_chain(7), case_chain(8), SYSTEM_CHAIN}
+
+
 @pytest.mark.scenario("A4")
 def test_a_broken_chain_gets_an_alert_event_and_no_new_checkpoint() -> None:
     _steps(5, 4)

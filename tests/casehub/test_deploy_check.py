@@ -47,7 +47,7 @@ def deploy_check(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.scenario("W1")
+@pytest.mark.scenario("W1", "F8")
 def test_the_production_settings_pass_the_deploy_check(tmp_path: Path) -> None:
     result = deploy_check(production_env(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
