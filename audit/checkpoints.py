@@ -11,10 +11,12 @@ gets no new checkpoint and raises an `oversight.audit.broken` event in the syste
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,15 +201,35 @@ class CheckpointRun:
     broken: dict[str, list[ChainProblem]] = field(default_factory=dict)
 
 
+@contextmanager
+def _one_writer() -> Iterator[None]:
+    """Hold the anchor directory's lock: two schedulers' rounds run one after the other.
+
+    The second round then finds every chain it would checkpoint already checkpointed at the same
+    head, and writes nothing (two beat processes at once, RELIABILITY F4).
+    """
+    descriptor = os.open(anchor_directory() / ".lock", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the lock
+
+
 def write_checkpoints() -> CheckpointRun:
     """Verify every chain; checkpoint each intact one that moved, alert on each broken one.
 
     A broken chain (by the rules or against its last checkpoint) gets an `oversight.audit.broken`
     event in the system chain instead of a checkpoint. Every chain is every chain the database
     has and every chain with a checkpoint file: a chain whose events are all gone (an older backup
-    restored, a case's rows deleted) is a rollback to seq 0, not a chain nobody looks at. Raises
-    SigningKeyMissing when the signing key cannot be read.
+    restored, a case's rows deleted) is a rollback to seq 0, not a chain nobody looks at. One round
+    runs at a time (`_one_writer`). Raises SigningKeyMissing when the signing key cannot be read.
     """
+    with _one_writer():
+        return _write_checkpoints()
+
+
+def _write_checkpoints() -> CheckpointRun:
     key = current_key()
     keys = public_keys()
     run = CheckpointRun()

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 
 import casehub_verify
 from audit import checkpoints as anchors
@@ -128,6 +129,37 @@ def test_a_chain_gone_from_the_database_is_a_rollback_its_checkpoint_reports() -
     alert = AuditEvent.objects.get(chain=SYSTEM_CHAIN, action="oversight.audit.broken")
     assert (alert.data["chain"], alert.data["first_seq"]) == (case_chain(7), 3)
     assert anchors.checkpointed_chains() >= {case_chain(7), case_chain(8), SYSTEM_CHAIN}
+
+
+@pytest.mark.scenario("F4")
+@pytest.mark.django_db(transaction=True)
+def test_a_second_checkpoint_round_waits_for_the_first_and_writes_nothing_twice(
+    anchor_dir: Path,
+) -> None:
+    import fcntl
+    import os
+    import threading
+
+    _steps(9, 2)
+    rounds: list[anchors.CheckpointRun] = []
+    anchor_dir.mkdir(parents=True, exist_ok=True)
+    held = os.open(anchor_dir / ".lock", os.O_WRONLY | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)  # a first round in progress, as another beat's would be
+
+    def another_round() -> None:
+        try:
+            rounds.append(anchors.write_checkpoints())
+        finally:
+            connection.close()
+
+    second = threading.Thread(target=another_round)
+    second.start()
+    second.join(timeout=1)
+    assert second.is_alive() and rounds == []  # it waits for the first round
+    os.close(held)
+    second.join(timeout=10)
+    assert case_chain(9) in {c.chain for c in rounds[0].written}
+    assert [c.chain for c in anchors.write_checkpoints().written] == []
 
 
 @pytest.mark.scenario("A4")

@@ -1,0 +1,122 @@
+"""Two Celery beat schedulers at once (RELIABILITY F4): each sweep and checkpoint happens once.
+
+A misconfigured deployment starts beat twice (docs/operations.md asks for exactly one). Both send
+every periodic task on the same schedule, so two workers' threads run the same sweep at the same
+moment. Real processes: one worker with four threads and two `celery beat` processes, each with
+its own schedule file, every interval at one second, on the test database and broker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from audit.chain import verify_chain
+from audit.models import AuditChainHead, AuditEvent
+from oversight.models import Gate, GateStatus
+from tests import personas
+from tests.cases import planned_invoice_case
+from tests.conftest import ROOT, running_worker
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+RUN_S = 8.0
+
+
+@pytest.fixture
+def schedulers(tmp_path: Path, settings: Any) -> Iterator[dict[str, Any]]:
+    """A worker and two beat processes sharing the anchor and signing key directories."""
+    if connection.vendor != "postgresql":
+        pytest.skip("two schedulers at once need a server database (CI runs PostgreSQL)")
+    env = {
+        "OPENAI_BASE_URL": "",
+        "OPENAI_API_KEY": "",
+        "CASEHUB_AUDIT_ANCHOR_DIR": str(tmp_path / "audit-anchors"),
+        "CASEHUB_SIGNING_KEY_DIR": str(tmp_path / "signing-keys"),
+        "CASEHUB_AUDIT_CHECKPOINT_INTERVAL_S": "1",
+        "CASEHUB_GATE_SWEEP_INTERVAL_S": "1",
+        "CASEHUB_RECONCILE_INTERVAL_S": "1",
+        "CASEHUB_EXECUTION_RECONCILE_INTERVAL_S": "1",
+    }
+    settings.CASEHUB_AUDIT_ANCHOR_DIR = tmp_path / "audit-anchors"
+    settings.CASEHUB_SIGNING_KEY_DIR = tmp_path / "signing-keys"
+    worker = running_worker(env)
+    beats: list[subprocess.Popen[bytes]] = []
+    logs: list[Path] = []
+    try:
+        for number in (1, 2):
+            log = tmp_path / f"beat-{number}.log"
+            logs.append(log)
+            command = [sys.executable, "-m", "celery", "-A", "casehub", "beat", "--loglevel"]
+            command += ["INFO", "--schedule", str(tmp_path / f"beat-{number}")]
+            output = log.open("wb")
+            beats.append(
+                subprocess.Popen(
+                    command,
+                    cwd=ROOT,
+                    env=worker.env,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+        yield {
+            "worker": worker,
+            "beats": beats,
+            "logs": logs,
+            "anchors": tmp_path / "audit-anchors",
+        }
+    finally:
+        for beat in beats:
+            if beat.poll() is None:
+                os.killpg(beat.pid, signal.SIGTERM)
+                beat.wait(timeout=20)
+        worker.stop()
+
+
+def _sent(log: Path) -> int:
+    return log.read_text(errors="replace").count("Sending due task audit-checkpoints")
+
+
+@pytest.mark.scenario("F4")
+def test_two_beat_schedulers_sweep_and_checkpoint_once(schedulers: dict[str, Any]) -> None:
+    case = planned_invoice_case(personas.analyst())
+    gates = list(Gate.objects.filter(case=case, status=GateStatus.PENDING))
+    assert len(gates) == 2  # the plan gate and the hold's step gate
+    # Both gates are half-way to their deadline: one reminder each is due.
+    Gate.objects.filter(case=case).update(remind_at=timezone.now() - timedelta(minutes=1))
+
+    started = time.monotonic()
+    while time.monotonic() - started < RUN_S:
+        time.sleep(0.5)
+        for beat, log in zip(schedulers["beats"], schedulers["logs"], strict=True):
+            assert beat.poll() is None, log.read_text(errors="replace")[-3000:]
+    # each scheduler sent the checkpoint task several times, so rounds overlapped
+    assert all(_sent(log) >= 3 for log in schedulers["logs"]), [
+        _sent(log) for log in schedulers["logs"]
+    ]
+
+    reminded = AuditEvent.objects.filter(action="oversight.gate.reminded")
+    assert sorted(event.data["gate"] for event in reminded) == sorted(gate.pk for gate in gates)
+    # One checkpoint per head a chain had: never the same head twice.
+    anchors: Path = schedulers["anchors"]
+    for head in AuditChainHead.objects.all():
+        path = anchors / f"{head.chain.replace(':', '-')}.jsonl"
+        seen = [json.loads(line)["seq"] for line in path.read_text().splitlines() if line]
+        assert seen == sorted(set(seen)), (head.chain, seen)
+        assert seen[-1] <= head.seq
+    assert not AuditEvent.objects.filter(action="oversight.audit.broken").exists()
+    for chain in AuditChainHead.objects.values_list("chain", flat=True):
+        assert verify_chain(chain) == [], chain
