@@ -30,9 +30,17 @@ from oversight.actions.policies import (
     propose_policy,
     reject_policy,
 )
-from oversight.forms import SETTING_HELP, PolicyActionForm, PolicyProposalForm, ReasonCodeForm
-from oversight.models import PolicyVersion, ReasonCode
+from oversight.actions.whatif import DEFAULT_DAYS, request_whatif
+from oversight.forms import (
+    SETTING_HELP,
+    PolicyActionForm,
+    PolicyProposalForm,
+    ReasonCodeForm,
+    WhatIfForm,
+)
+from oversight.models import PolicyVersion, PolicyWhatIf, ReasonCode
 from oversight.policy import PolicySettings, loosening
+from oversight.whatif import CHANGE_LABELS, CHANGES, totals_from
 
 # Gating policy versions and reason codes (RELIABILITY R6, R10, O10) -------------------------
 
@@ -83,6 +91,13 @@ def _stored_settings(version: PolicyVersion) -> PolicySettings:
         return PolicySettings.from_data(version.values)
     except ValueError:
         return PolicySettings()
+
+
+def _labelled_totals(report: PolicyWhatIf | None) -> list[tuple[str, str, int]]:
+    if report is None:
+        return []
+    totals = totals_from(report.summary or {})
+    return [(kind, CHANGE_LABELS[kind], totals[kind]) for kind in CHANGES]
 
 
 @admin.register(PolicyVersion)
@@ -149,6 +164,38 @@ class PolicyVersionAdmin(admin.ModelAdmin):
             return "-"
         _, active = active_policy()
         return "; ".join(loosening(active, _stored_settings(obj))) or "nothing"
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """Show the version with its what-if: the latest report, and for a pending version the
+        form that runs one (the approving admin reads it before approving)."""
+        context = dict(extra_context or {})
+        version = (
+            PolicyVersion.objects.filter(pk=object_id).first()
+            if str(object_id).isdigit() and _may_configure(request)
+            else None
+        )
+        if version is not None:
+            latest = (
+                PolicyWhatIf.objects.filter(policy_version=version)
+                .select_related("created_by")
+                .defer("cases", "base_values")
+                .first()
+            )
+            context.update(
+                whatif_section=True,
+                whatif=latest,
+                whatif_totals=_labelled_totals(latest),
+                whatif_pending=version.status == PolicyVersion.Status.PENDING,
+                whatif_initial=WhatIfForm.initial_for(DEFAULT_DAYS),
+                whatif_days=DEFAULT_DAYS,
+            )
+        return super().change_view(request, object_id, form_url, context)
 
     def add_view(
         self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None
@@ -220,10 +267,13 @@ class PolicyVersionAdmin(admin.ModelAdmin):
         else:
             _, active = active_policy()
             words = "; ".join(loosening(active, _stored_settings(version)))
+            # The second admin reads what it would have done: a what-if of the last 30 days.
+            request_whatif(request.user, version)
             self.message_user(
                 request,
                 f"Policy version {version.number} is pending: it loosens gating ({words}), so a "
-                "second admin must approve it before it takes effect.",
+                "second admin must approve it before it takes effect. A what-if of the last "
+                f"{DEFAULT_DAYS} days runs for it: its report is below.",
                 messages.WARNING,
             )
         return version
