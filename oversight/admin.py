@@ -10,7 +10,7 @@ from django.contrib.admin import helpers
 from django.contrib.auth.forms import PasswordChangeForm
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.forms import Form
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
@@ -113,6 +113,7 @@ class PolicyVersionAdmin(admin.ModelAdmin):
         "reason_code",
         "created_at",
         "activated_at",
+        "whatif_link",
     )
     list_filter = ("status", "loosens")
     ordering = ("-number",)
@@ -144,6 +145,29 @@ class PolicyVersionAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[PolicyVersion]:
+        # The latest what-if of each version, in the list's own query.
+        latest = PolicyWhatIf.objects.filter(policy_version=OuterRef("pk")).order_by(
+            "-created_at", "-id"
+        )
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                latest_whatif=Subquery(latest.values("pk")[:1]),
+                latest_whatif_status=Subquery(latest.values("status")[:1]),
+            )
+        )
+
+    @admin.display(description="what-if")
+    def whatif_link(self, obj: PolicyVersion) -> str:
+        report = getattr(obj, "latest_whatif", None)
+        if report is None:
+            return "-"
+        status = getattr(obj, "latest_whatif_status", "")
+        url = reverse("oversight:whatif-report", args=[report])
+        return format_html('<a href="{}">report ({})</a>', url, status)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -3,9 +3,12 @@ notifications and the LLM budget ledger."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 
 class Capability(models.Model):
@@ -146,6 +149,13 @@ class PolicyWhatIf(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in (self.Status.DONE, self.Status.FAILED)
+
+    @property
+    def is_waiting_long(self) -> bool:
+        """Tell whether the report has been queued for over two minutes (no worker took it)."""
+        return self.status == self.Status.QUEUED and (
+            timezone.now() - self.created_at > timedelta(minutes=2)
+        )
 
     @property
     def percent(self) -> int:

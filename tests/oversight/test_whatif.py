@@ -457,3 +457,31 @@ def test_proposing_a_loosening_in_the_admin_starts_its_what_if() -> None:
     # A stricter proposal is active at once: nothing to replay.
     client.post(ADD_URL, _form_data(trust_threshold="0.7"))
     assert PolicyWhatIf.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_the_list_of_versions_links_each_ones_latest_what_if() -> None:
+    version = _pending()
+    adam = personas.admin()
+    request_whatif(adam, version)
+    latest = request_whatif(adam, version)
+    page = _client(adam).get(reverse("admin:oversight_policyversion_changelist"))
+    assert page.status_code == 200
+    html = page.content.decode()
+    url = reverse("oversight:whatif-report", args=[latest.pk])
+    assert f'<a href="{url}">report (queued)</a>' in html
+
+
+@pytest.mark.django_db
+def test_a_report_no_worker_took_says_so_and_offers_to_run_it_again() -> None:
+    version = _pending()
+    report = request_whatif(personas.admin(), version)
+    client = _client(personas.admin("amir"))
+    url = reverse("oversight:whatif-report", args=[report.pk])
+    assert 'data-note="waiting"' not in client.get(url).content.decode()
+    PolicyWhatIf.objects.filter(pk=report.pk).update(
+        created_at=timezone.now() - timedelta(minutes=3)
+    )
+    page = client.get(url).content.decode()
+    assert 'data-note="waiting"' in page
+    assert reverse("oversight:policy-whatif", args=[version.pk]) in page
