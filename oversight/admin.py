@@ -110,10 +110,10 @@ class PolicyVersionAdmin(admin.ModelAdmin):
         "proposed_by",
         "approved_by",
         "loosens",
+        "whatif_link",
         "reason_code",
         "created_at",
         "activated_at",
-        "whatif_link",
     )
     list_filter = ("status", "loosens")
     ordering = ("-number",)
