@@ -139,6 +139,7 @@ EVENT_CODES: tuple[EventCode, ...] = (
             "oversight.policy.rejected": "Policy rejected",
             "oversight.policy.activated": "Policy activated",
             "oversight.policy.denied": "Policy change denied",
+            "oversight.policy.whatif_requested": "Policy what-if requested",
             "oversight.reason_code.added": "Reason code added",
             "oversight.reason_code.changed": "Reason code changed",
             "oversight.reason_code.denied": "Reason code change denied",

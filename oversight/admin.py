@@ -10,7 +10,7 @@ from django.contrib.admin import helpers
 from django.contrib.auth.forms import PasswordChangeForm
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.forms import Form
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
@@ -30,9 +30,17 @@ from oversight.actions.policies import (
     propose_policy,
     reject_policy,
 )
-from oversight.forms import SETTING_HELP, PolicyActionForm, PolicyProposalForm, ReasonCodeForm
-from oversight.models import PolicyVersion, ReasonCode
+from oversight.actions.whatif import DEFAULT_DAYS, request_whatif
+from oversight.forms import (
+    SETTING_HELP,
+    PolicyActionForm,
+    PolicyProposalForm,
+    ReasonCodeForm,
+    WhatIfForm,
+)
+from oversight.models import PolicyVersion, PolicyWhatIf, ReasonCode
 from oversight.policy import PolicySettings, loosening
+from oversight.whatif import CHANGE_LABELS, CHANGES, totals_from
 
 # Gating policy versions and reason codes (RELIABILITY R6, R10, O10) -------------------------
 
@@ -85,6 +93,13 @@ def _stored_settings(version: PolicyVersion) -> PolicySettings:
         return PolicySettings()
 
 
+def _labelled_totals(report: PolicyWhatIf | None) -> list[tuple[str, str, int]]:
+    if report is None:
+        return []
+    totals = totals_from(report.summary or {})
+    return [(kind, CHANGE_LABELS[kind], totals[kind]) for kind in CHANGES]
+
+
 @admin.register(PolicyVersion)
 class PolicyVersionAdmin(admin.ModelAdmin):
     """Versions are immutable: "add" proposes a new one; pending ones are approved or rejected."""
@@ -95,6 +110,7 @@ class PolicyVersionAdmin(admin.ModelAdmin):
         "proposed_by",
         "approved_by",
         "loosens",
+        "whatif_link",
         "reason_code",
         "created_at",
         "activated_at",
@@ -130,6 +146,29 @@ class PolicyVersionAdmin(admin.ModelAdmin):
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[PolicyVersion]:
+        # The latest what-if of each version, in the list's own query.
+        latest = PolicyWhatIf.objects.filter(policy_version=OuterRef("pk")).order_by(
+            "-created_at", "-id"
+        )
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                latest_whatif=Subquery(latest.values("pk")[:1]),
+                latest_whatif_status=Subquery(latest.values("status")[:1]),
+            )
+        )
+
+    @admin.display(description="what-if")
+    def whatif_link(self, obj: PolicyVersion) -> str:
+        report = getattr(obj, "latest_whatif", None)
+        if report is None:
+            return "-"
+        status = getattr(obj, "latest_whatif_status", "")
+        url = reverse("oversight:whatif-report", args=[report])
+        return format_html('<a href="{}">report ({})</a>', url, status)
+
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
@@ -149,6 +188,38 @@ class PolicyVersionAdmin(admin.ModelAdmin):
             return "-"
         _, active = active_policy()
         return "; ".join(loosening(active, _stored_settings(obj))) or "nothing"
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """Show the version with its what-if: the latest report, and for a pending version the
+        form that runs one (the approving admin reads it before approving)."""
+        context = dict(extra_context or {})
+        version = (
+            PolicyVersion.objects.filter(pk=object_id).first()
+            if str(object_id).isdigit() and _may_configure(request)
+            else None
+        )
+        if version is not None:
+            latest = (
+                PolicyWhatIf.objects.filter(policy_version=version)
+                .select_related("created_by")
+                .defer("cases", "base_values")
+                .first()
+            )
+            context.update(
+                whatif_section=True,
+                whatif=latest,
+                whatif_totals=_labelled_totals(latest),
+                whatif_pending=version.status == PolicyVersion.Status.PENDING,
+                whatif_initial=WhatIfForm.initial_for(DEFAULT_DAYS),
+                whatif_days=DEFAULT_DAYS,
+            )
+        return super().change_view(request, object_id, form_url, context)
 
     def add_view(
         self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None
@@ -220,10 +291,13 @@ class PolicyVersionAdmin(admin.ModelAdmin):
         else:
             _, active = active_policy()
             words = "; ".join(loosening(active, _stored_settings(version)))
+            # The second admin reads what it would have done: a what-if of the last 30 days.
+            request_whatif(request.user, version)
             self.message_user(
                 request,
                 f"Policy version {version.number} is pending: it loosens gating ({words}), so a "
-                "second admin must approve it before it takes effect.",
+                "second admin must approve it before it takes effect. A what-if of the last "
+                f"{DEFAULT_DAYS} days runs for it: its report is below.",
                 messages.WARNING,
             )
         return version

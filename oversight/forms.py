@@ -1,12 +1,15 @@
-"""Forms of the oversight admin: a gating-policy proposal, a reason code, the reject action."""
+"""Forms of the oversight admin: a gating-policy proposal, a reason code, the reject action, and
+the period of a policy what-if."""
 
 from __future__ import annotations
 
+from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django import forms
 from django.contrib.admin.helpers import ActionForm
+from django.utils import timezone
 
 from oversight.models import ReasonCode
 from oversight.policy import COLD_START, RISK_CLASSES, PolicySettings, SettingsInvalid
@@ -148,3 +151,34 @@ class PolicyActionForm(ActionForm):
         reason_code = self.fields["reason_code"]
         assert isinstance(reason_code, forms.ChoiceField)
         reason_code.choices = policy_reason_choices()
+
+
+class WhatIfForm(forms.Form):
+    """The period a policy what-if replays: from one day to another, both included."""
+
+    start = forms.DateField(
+        label="From", widget=forms.DateInput(attrs={"type": "date"}), help_text="Included."
+    )
+    end = forms.DateField(
+        label="To", widget=forms.DateInput(attrs={"type": "date"}), help_text="Included."
+    )
+
+    @staticmethod
+    def initial_for(days: int, today: date | None = None) -> dict[str, date]:
+        """Return the initial period: the last `days` days up to today."""
+        today = today or timezone.localdate()
+        return {"start": today - timedelta(days=days), "end": today}
+
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        start, end = self.cleaned_data.get("start"), self.cleaned_data.get("end")
+        if start and end and end < start:
+            self.add_error("end", "The period must end on or after its first day.")
+        return self.cleaned_data
+
+    def period(self) -> tuple[datetime, datetime]:
+        """Return the period as [start, end) in the current time zone (call after is_valid)."""
+        zone = timezone.get_current_timezone()
+        start = datetime.combine(self.cleaned_data["start"], time.min, tzinfo=zone)
+        end = datetime.combine(self.cleaned_data["end"] + timedelta(days=1), time.min, tzinfo=zone)
+        return start, end

@@ -3,9 +3,12 @@ notifications and the LLM budget ledger."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 
 class Capability(models.Model):
@@ -93,6 +96,72 @@ class PolicyVersion(models.Model):
 
     def __str__(self) -> str:
         return f"policy v{self.number} ({self.status})"
+
+
+class PolicyWhatIf(models.Model):
+    """A what-if report: the plan versions of a period replayed under a proposed policy version
+    beside the policy that was active when it was asked for. Nothing else is written by it.
+
+    `summary` holds the totals (oversight.whatif.WhatIfTally.summary); `cases` the cases with a
+    change, the most changed first, bounded (oversight.whatif.CASE_ROWS).
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    policy_version = models.ForeignKey(
+        PolicyVersion, on_delete=models.PROTECT, related_name="whatifs"
+    )
+    base_version = models.ForeignKey(
+        PolicyVersion,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="The active version it is compared with (none: the safe defaults).",
+    )
+    base_values = models.JSONField(help_text="The compared active settings, as they were.")
+    period_start = models.DateTimeField()
+    period_end = models.DateTimeField()
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
+    done = models.PositiveIntegerField(default=0, help_text="Plan versions replayed so far.")
+    total = models.PositiveIntegerField(default=0, help_text="Plan versions in the period.")
+    summary = models.JSONField(default=dict, blank=True)
+    cases = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["policy_version", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"what-if {self.pk} of policy v{self.policy_version_id}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (self.Status.DONE, self.Status.FAILED)
+
+    @property
+    def is_waiting_long(self) -> bool:
+        """Tell whether the report has been queued for over two minutes (no worker took it)."""
+        return self.status == self.Status.QUEUED and (
+            timezone.now() - self.created_at > timedelta(minutes=2)
+        )
+
+    @property
+    def percent(self) -> int:
+        if self.status == self.Status.DONE:
+            return 100
+        return int(100 * self.done / self.total) if self.total else 0
 
 
 class GateKind(models.TextChoices):

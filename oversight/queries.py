@@ -6,7 +6,14 @@ from django.contrib.auth.models import AnonymousUser, Group, User
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
-from oversight.models import OPEN_GATE_STATUSES, Gate, GateDecision, Notification
+from oversight.models import (
+    OPEN_GATE_STATUSES,
+    Gate,
+    GateDecision,
+    Notification,
+    PolicyVersion,
+    PolicyWhatIf,
+)
 from planning.models import Case, NodeStatus, PlanNode, PlanVersion
 from planning.queries import visible_cases
 
@@ -95,3 +102,22 @@ def upstream_outputs_of(nodes: list[PlanNode]) -> dict[int, dict[str, object]]:
             if key in upstream and status == NodeStatus.SUCCEEDED
         }
     return found
+
+
+def may_configure(user: User | AnonymousUser) -> bool:
+    """Tell whether the user is an active admin (configures agents, tools and the policy)."""
+    return bool(user.is_authenticated and user.is_active and user.has_perm(CONFIGURE))
+
+
+def whatifs_for(user: User | AnonymousUser) -> QuerySet[PolicyWhatIf]:
+    """Return the policy what-if reports the user may read: every one for admins, else none."""
+    if not may_configure(user):
+        return PolicyWhatIf.objects.none()
+    return PolicyWhatIf.objects.select_related("policy_version", "base_version", "created_by")
+
+
+def policy_versions_for(user: User | AnonymousUser) -> QuerySet[PolicyVersion]:
+    """Return the policy versions the user may read: every one for admins, else none."""
+    if not may_configure(user):
+        return PolicyVersion.objects.none()
+    return PolicyVersion.objects.all()

@@ -11,7 +11,7 @@ from django.db import connection
 from accounts import users
 from accounts.denials import flush_denials
 from audit.checkpoints import write_checkpoints
-from oversight.actions import deadlines
+from oversight.actions import deadlines, whatif
 
 
 @shared_task(name="oversight.ping")
@@ -44,3 +44,10 @@ def flush_access_denials() -> dict[str, int]:
 def expire_admin_requests() -> dict[str, int]:
     """Expire pending password resets and role grants that were not approved in time."""
     return users.expire_old_requests()
+
+
+@shared_task(name="oversight.run_policy_whatif")
+def run_policy_whatif(whatif_id: int) -> dict[str, object]:
+    """Replay a period's plan versions under a proposed policy and write the what-if report."""
+    report = whatif.run_whatif(whatif_id)
+    return {"whatif": report.pk, "status": report.status, "versions": report.done}

@@ -1,7 +1,7 @@
 from django.urls import path
 
 from oversight import views
-from oversight.views import gates, versions
+from oversight.views import gates, versions, whatif
 
 app_name = "oversight"
 
@@ -14,6 +14,8 @@ urlpatterns = [
     path("cases/<int:case_id>/versions/", versions.version_history, name="version-history"),
     path("cases/<int:case_id>/versions/diff/", versions.version_diff, name="version-diff"),
     path("cases/<int:case_id>/nodes/<int:node_id>/edit/", versions.plan_edit, name="plan-edit"),
+    path("policy/versions/<int:version_id>/what-if/", whatif.policy_whatif, name="policy-whatif"),
+    path("policy/what-if/<int:whatif_id>/", whatif.whatif_report, name="whatif-report"),
     path("notifications/", gates.notifications, name="notifications"),
     path("notifications/read-all", gates.notifications_read_all, name="notifications-read-all"),
     path(

@@ -4,7 +4,7 @@ classifies, and the role groups that approve and take escalations."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.contrib.auth.models import Group
@@ -71,22 +71,33 @@ def leaf_facts(leaves: Sequence[PlanNode]) -> list[LeafFacts]:
             "slug", "trust"
         )
     )
-    return [
-        LeafFacts(
-            key=node.key,
-            agent=node.agent,
-            tool=node.tool or None,
-            tool_risk=tools.get(node.tool) if node.tool else None,
-            declared_risk=node.risk or None,
-            # Inputs that are not an object are still read for amounts (fail closed).
-            inputs=node.inputs if isinstance(node.inputs, dict) else {"inputs": node.inputs},
-            agent_trust=trust.get(node.agent),
-            strategy=str(_provenance(node).get("strategy", "")),
-            source=str(_provenance(node).get("source", "")),
-            depth=_depth(node),
-        )
-        for node in leaves
-    ]
+    return [facts_of(node, tools, trust) for node in leaves]
+
+
+def registry() -> tuple[dict[str, str], dict[str, float]]:
+    """Return every registered tool's risk class and every enabled agent's trust (two queries),
+    as `facts_of` reads them: for classifying many plan versions at once."""
+    tools = dict(Tool.objects.values_list("name", "risk"))
+    trust = dict(Agent.objects.filter(enabled=True).values_list("slug", "trust"))
+    return tools, trust
+
+
+def facts_of(node: PlanNode, tools: Mapping[str, str], trust: Mapping[str, float]) -> LeafFacts:
+    """Return the facts of one leaf, given the tools' risk classes and the enabled agents' trust
+    (an unregistered tool or an unknown or disabled agent is absent from them)."""
+    return LeafFacts(
+        key=node.key,
+        agent=node.agent,
+        tool=node.tool or None,
+        tool_risk=tools.get(node.tool) if node.tool else None,
+        declared_risk=node.risk or None,
+        # Inputs that are not an object are still read for amounts (fail closed).
+        inputs=node.inputs if isinstance(node.inputs, dict) else {"inputs": node.inputs},
+        agent_trust=trust.get(node.agent),
+        strategy=str(_provenance(node).get("strategy", "")),
+        source=str(_provenance(node).get("source", "")),
+        depth=_depth(node),
+    )
 
 
 def _provenance(node: PlanNode) -> dict[str, Any]:

@@ -67,7 +67,7 @@ def _may_configure(user: Someone) -> str | None:
     return None
 
 
-def _require_admin(user: Someone, action: str, **data: Any) -> User:
+def require_admin(user: Someone, action: str, **data: Any) -> User:
     """Return the user as an admin; record the refusal and raise PolicyDenied when not one."""
     if (why := _may_configure(user)) is not None:
         _deny(user, action, why, **data)
@@ -144,7 +144,7 @@ def propose_policy(
     setting or a proposal that changes nothing; ReasonInvalid for a reason code that is missing,
     unknown, retired or not for policy changes.
     """
-    user = _require_admin(admin, "oversight.policy.denied", step="propose")
+    user = require_admin(admin, "oversight.policy.denied", step="propose")
     reason_row = _policy_reason(reason_code, reason or "")
     return _propose(user, values, reason_row, (reason or "").strip())
 
@@ -205,7 +205,7 @@ def approve_policy(admin: Someone, version: PolicyVersion) -> PolicyVersion:
     Raises PolicyDenied (audited) for a non-admin or the version's proposer; PolicyConflict when
     the version is not pending or the active version is newer than it (propose again).
     """
-    user = _require_admin(
+    user = require_admin(
         admin, "oversight.policy.denied", step="approve", policy_version=version.number
     )
     if approvals.is_requester(user, version.proposed_by_id):
@@ -274,7 +274,7 @@ def reject_policy(
     Raises PolicyDenied (audited) for a non-admin, ReasonInvalid for a bad reason code and
     PolicyConflict when the version is not pending.
     """
-    user = _require_admin(
+    user = require_admin(
         admin, "oversight.policy.denied", step="reject", policy_version=version.number
     )
     reason_row = _policy_reason(reason_code, reason or "")
@@ -343,7 +343,7 @@ def add_reason_code(
     Raises PolicyDenied (audited) for a non-admin and PolicyInvalid naming the field for a code
     that is taken or not a slug, a blank label, or unknown kinds of decision.
     """
-    user = _require_admin(admin, "oversight.reason_code.denied", step="add", code=code)
+    user = require_admin(admin, "oversight.reason_code.denied", step="add", code=code)
     return _add_code(user, code, label, applies_to, active)
 
 
@@ -386,7 +386,7 @@ def change_reason_code(
     The code itself never changes (decisions name it) and codes are never deleted. Raises
     PolicyDenied (audited) for a non-admin and PolicyInvalid naming the field for a bad value.
     """
-    user = _require_admin(
+    user = require_admin(
         admin, "oversight.reason_code.denied", step="change", code=reason_code.code
     )
     return _change_code(user, reason_code.pk, label, applies_to, active)
@@ -433,4 +433,5 @@ __all__ = [
     "change_reason_code",
     "propose_policy",
     "reject_policy",
+    "require_admin",
 ]

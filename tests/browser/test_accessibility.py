@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from oversight.actions.policies import propose_policy
+from oversight.actions.whatif import request_whatif, run_whatif
 from oversight.models import Gate, GateKind
 from planning.catalogue import sync_packs
 from tests import personas
@@ -45,6 +47,10 @@ def _visits() -> list[Visit]:
     hold_gate = Gate.objects.get(case=live, kind=GateKind.STEP, node__key="place-hold")
     hold_node = hold_gate.node
     assert hold_node is not None
+    # A pending, looser policy version and its finished what-if (the payment hold ungated).
+    looser = {"gated_risks": ["write", "external", "destructive"], "signature_risks": []}
+    pending = propose_policy(personas.admin("alice"), looser, "threshold-review", "fewer gates")
+    whatif = run_whatif(request_whatif(admin, pending).pk)
     return [
         Visit(name="login", user=None, url="/login/", ready="#id_username"),
         Visit(name="home", user=officer.username, url="/", ready="[data-landing]"),
@@ -128,6 +134,18 @@ def _visits() -> list[Visit]:
         Visit(name="lockouts", user=admin.username, url="/sign-in-lockouts/", ready="main h1"),
         Visit(name="methods", user=admin.username, url="/methods/", ready="main h1"),
         Visit(name="account", user=admin.username, url="/account/", ready="main h1"),
+        Visit(
+            name="policy-whatif",
+            user=admin.username,
+            url=f"/policy/versions/{pending.pk}/what-if/",
+            ready="#whatif-form",
+        ),
+        Visit(
+            name="whatif-report",
+            user=admin.username,
+            url=f"/policy/what-if/{whatif.pk}/",
+            ready='#whatif-report[data-status="done"]',
+        ),
         # The admin site's pages for CaseHub's own models and its password page.
         Visit(name="admin-index", user=admin.username, url="/admin/", ready="#content"),
         Visit(
@@ -135,6 +153,12 @@ def _visits() -> list[Visit]:
             user=admin.username,
             url="/admin/oversight/policyversion/",
             ready="#content",
+        ),
+        Visit(
+            name="admin-pending-policy",
+            user=admin.username,
+            url=f"/admin/oversight/policyversion/{pending.pk}/change/",
+            ready='[data-whatif-status="done"]',
         ),
         Visit(
             name="admin-trust",

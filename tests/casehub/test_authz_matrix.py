@@ -47,6 +47,8 @@ from audit.models import AuditEvent
 from audit.signing import current_key
 from execution.models import WorkerHeartbeat, WorkItem
 from oversight.actions.edits import edit_plan
+from oversight.actions.policies import propose_policy
+from oversight.actions.whatif import request_whatif
 from oversight.models import OPEN_GATE_STATUSES, Gate, GateKind, GateRisk, Notification, ReasonCode
 from planning.catalogue import sync_packs
 from planning.models import Case, PlanNode, PromotedMethod
@@ -239,6 +241,11 @@ def world(django_db_setup: None, django_db_blocker: Any) -> Iterator[World]:
             ),
         }
         world.admin_objects = _admin_objects(officer, people["admin"])  # type: ignore[arg-type]
+        # A pending (looser) policy version and a what-if of it, asked by a second admin.
+        second_admin = User.objects.get(username="alice")
+        pending = propose_policy(second_admin, {"gate_hours": 48}, "threshold-review", "why")
+        world.arguments["version_id"] = str(pending.pk)
+        world.arguments["whatif_id"] = str(request_whatif(second_admin, pending).pk)
         yield world
         transaction.set_rollback(True)
 
@@ -270,6 +277,13 @@ BODIES: dict[str, Callable[[World], Body]] = {
         False,
     ),
     "oversight:inbox-approve": lambda w: ({"gate": [w.facts["step_gate_id"]]}, False),
+    "oversight:policy-whatif": lambda w: (
+        {
+            "start": str(timezone.localdate() - timedelta(days=7)),
+            "end": str(timezone.localdate()),
+        },
+        False,
+    ),
     "oversight:plan-edit": lambda w: (
         {
             "agent": w.facts["node_agent"],

@@ -42,7 +42,7 @@ from execution.models import TrustScore, WorkerHeartbeat, WorkItem
 from oversight.actions.gate_policy import active_policy
 from oversight.actions.policies import propose_policy
 from oversight.forms import PolicyProposalForm
-from oversight.models import Gate, GateKind, GateRisk, ReasonCode
+from oversight.models import Gate, GateKind, GateRisk, PolicyVersion, ReasonCode
 from planning.catalogue import sync_packs
 from planning.models import Agent, Case, DomainPack, PlanNode, PromotedMethod, Tool
 from planning.promotion.actions import approve_method, propose_method
@@ -324,6 +324,13 @@ def _policy_reject(user: User | None) -> Req:
         "reason": "not now",
     }
     return Req(reverse("admin:oversight_policyversion_changelist"), data)
+
+
+def _policy_whatif(user: User | None) -> Req:
+    version = PolicyVersion.objects.get(pk=_pending_policy())
+    today = timezone.localdate()
+    data = {"start": str(today - timedelta(days=7)), "end": str(today)}
+    return Req(reverse("oversight:policy-whatif", args=[version.pk]), data)
 
 
 def _reason_code_add(user: User | None) -> Req:
@@ -646,6 +653,9 @@ AUDITED: dict[str, Audited] = {
     ),
     "admin:oversight_policyversion_changelist action=reject_selected": Audited(
         "admin", _policy_reject, "oversight.policy.rejected"
+    ),
+    "oversight:policy-whatif": Audited(
+        "admin", _policy_whatif, "oversight.policy.whatif_requested"
     ),
     "admin:oversight_reasoncode_add": Audited(
         "admin", _reason_code_add, "oversight.reason_code.added"
