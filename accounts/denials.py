@@ -7,10 +7,9 @@ every minute) writes one `security.access.denied.summary` with the minute's coun
 counted more than one. So an anonymous caller scanning ids or paths adds at most one event per
 minute and kind to the chain, plus one summary, however many requests it sends.
 
-The client is REMOTE_ADDR as the server saw it unless the caller names it: sign-in throttling
-(kind `throttled`) names the address behind CASEHUB_TRUSTED_PROXY_COUNT proxies; for the other
-kinds no X-Forwarded-For header is trusted yet, so behind a reverse proxy those callers share the
-proxy's address (and its counters).
+The client is the address behind CASEHUB_TRUSTED_PROXY_COUNT proxies (`web.http.client_ip`:
+REMOTE_ADDR when that is 0), for every kind: behind a reverse proxy each caller keeps its own
+counters, and a forged X-Forwarded-For entry left of the trusted ones changes nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from django.utils import timezone
 
 from accounts.models import AccessDenial
 from audit.chain import SYSTEM_CHAIN, NewEvent, append_event, append_events
+from web.http import client_ip
 
 __all__ = [
     "DENIED",
@@ -91,17 +91,16 @@ def record_denial(
 
     The counter is bumped in its own transaction (a savepoint inside the caller's), and the first
     denial of a (source, user, kind, minute) writes `security.access.denied` with it. The source
-    is REMOTE_ADDR unless the caller names the client (sign-in throttling names the address
-    behind trusted proxies). For a bad token the caller is anonymous whatever the session says.
-    Missing static files are not recorded. A database error is logged, never raised: the refusal
-    is answered all the same.
+    is the client behind the trusted proxies unless the caller names it. For a bad token the
+    caller is anonymous whatever the session says. Missing static files are not recorded. A
+    database error is logged, never raised: the refusal is answered all the same.
     """
     kind = AccessDenial.Kind(kind)
     path = request.path
     if kind == AccessDenial.Kind.NOT_FOUND and is_static_path(path):
         return False
     user = None if kind == AccessDenial.Kind.BAD_TOKEN else _user_of(request)
-    source = _text(str(source or request.META.get("REMOTE_ADDR") or "unknown"), SOURCE_LENGTH)
+    source = _text(str(source or client_ip(request) or "unknown"), SOURCE_LENGTH)
     path = _text(path, AccessDenial.PATH_LENGTH)
     minute = _minute(now or timezone.now())
     key: dict[str, Any] = {"source": source, "user": user, "kind": kind, "minute": minute}

@@ -84,10 +84,8 @@ class AccessDenial(models.Model):
 
     The first denial of a minute writes an audit event at once; the rest only count here, and
     accounts.denials.flush_denials summarises them in one event once the minute is over, so a
-    flood of refused requests costs one row, not a chain of events. `source` is REMOTE_ADDR as
-    the server saw it: behind a reverse proxy that is the proxy's address (no forwarded-for
-    header is trusted yet), except for refused sign-ins (`throttled`), whose source is the
-    client behind CASEHUB_TRUSTED_PROXY_COUNT proxies.
+    flood of refused requests costs one row, not a chain of events. `source` is the client
+    behind CASEHUB_TRUSTED_PROXY_COUNT proxies (REMOTE_ADDR when that is 0).
     """
 
     class Kind(models.TextChoices):

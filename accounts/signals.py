@@ -16,6 +16,7 @@ from django.http import HttpRequest
 from accounts import users
 from audit.chain import Actor, NewEvent, append_event, append_events
 from audit.models import ActorKind
+from web.http import client_ip
 from web.middleware import mark_session_fresh
 
 
@@ -23,7 +24,8 @@ def _client(request: HttpRequest | None) -> dict[str, str]:
     if request is None:
         return {}
     return {
-        "ip": request.META.get("REMOTE_ADDR", ""),
+        # the caller, behind CASEHUB_TRUSTED_PROXY_COUNT proxies: not the proxy (RELIABILITY F1)
+        "ip": client_ip(request),
         "user_agent": request.META.get("HTTP_USER_AGENT", "")[:200],
     }
 
