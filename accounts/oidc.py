@@ -314,9 +314,10 @@ class OidcBackend(OIDCAuthenticationBackend):
         claims = check_claims(
             token, key, issuer=self.config.issuer, client_id=settings.CASEHUB_OIDC_CLIENT_ID
         )
+        # A token seen before is refused as such, whatever nonce it carries.
+        remember_token(token, int(claims["exp"]))
         if kwargs.get("nonce") is None or claims.get("nonce") != kwargs["nonce"]:
             raise OidcRefused(Refusal.NONCE, "the ID token's nonce is not this sign-in's")
-        remember_token(token, int(claims["exp"]))
         return claims
 
     def get_or_create_user(
