@@ -194,6 +194,8 @@ class OidcIdentity(models.Model):
     last_signed_in_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = "OIDC identity"
+        verbose_name_plural = "OIDC identities"
         constraints = [
             models.UniqueConstraint(fields=["issuer", "sub"], name="accounts_oidc_identity_once")
         ]
@@ -220,6 +222,7 @@ class OidcGroupMapping(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = "OIDC group mapping"
         ordering = ["group", "role"]
         constraints = [
             models.UniqueConstraint(fields=["group", "role"], name="accounts_oidc_mapping_once")
@@ -252,6 +255,7 @@ class OidcMappingRequest(models.Model):
     reason = models.CharField(max_length=500, blank=True)
 
     class Meta:
+        verbose_name = "OIDC group mapping proposal"
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["status", "group"])]
 
