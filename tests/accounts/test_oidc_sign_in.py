@@ -275,3 +275,22 @@ def test_a_password_sign_out_stays_in_casehub(oidc: Any) -> None:
     client.force_login(user)
     answer = client.post("/logout/")
     assert answer.status_code == 302 and answer["Location"] == "/login/"
+
+
+def test_an_id_token_for_another_client_is_refused(oidc: Any) -> None:
+    oidc.user("rhea", [])
+    oidc.quirks(audience="another-client")
+    client = Client()
+    _assert_refused(client, _sign_in(client, "rhea"), "wrong_audience")
+
+
+def test_a_discovery_document_naming_another_issuer_stops_the_sign_in(
+    oidc: Any, settings: Any
+) -> None:
+    # The same provider under another name: its document names http://127.0.0.1:<port>/o.
+    settings.CASEHUB_OIDC_ISSUER = oidc.issuer.replace("127.0.0.1", "localhost")
+    client = Client()
+    answer = client.get("/oidc/sign-in/")
+    assert answer.status_code == 302 and answer["Location"] == "/login/"
+    assert b"cannot be reached" in client.get("/login/").content
+    assert "oidc_states" not in client.session

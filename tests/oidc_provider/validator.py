@@ -1,7 +1,7 @@
 """The test provider's claims: the user's Django groups as `groups`, and the quirks a test asks for.
 
 A test writes quirks.json in the provider's state directory to have the next ID tokens differ from
-a well-behaved provider's: another issuer, an expiry in the past, an old auth_time, no group claim, or a signature by
+a well-behaved provider's: another issuer, another audience, an expiry in the past, an old auth_time, no group claim, or a signature by
 another key under the real key's id. The token is made as usual and then changed and signed again.
 """
 
@@ -45,6 +45,8 @@ class GroupsValidator(OAuth2Validator):
             claims["iss"] = quirks["issuer"]
         if "expires_in" in quirks:
             claims["exp"] = claims["iat"] + int(quirks["expires_in"])
+        if "audience" in quirks:
+            claims["aud"] = quirks["audience"]
         if "auth_age" in quirks:
             claims["auth_time"] = claims["iat"] - int(quirks["auth_age"])
         if quirks.get("drop_groups"):
