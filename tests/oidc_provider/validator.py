@@ -1,8 +1,9 @@
 """The test provider's claims: the user's Django groups as `groups`, and the quirks a test asks for.
 
-A test writes quirks.json in the provider's state directory to have the next ID tokens differ from
-a well-behaved provider's: another issuer, another audience, an expiry in the past, an old auth_time, no group claim, or a signature by
-another key under the real key's id. The token is made as usual and then changed and signed again.
+A test writes quirks.json in the provider's state directory to have the next ID tokens differ
+from a well-behaved provider's: another issuer or audience, an expiry in the past, an old
+auth_time, no group claim, or a signature by another key under the real key's id. The token is
+made as usual and then changed and signed again.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def _officer_through_provider(oidc: Any) -> tuple[Client, requests.Session, User
 
 def _reauthenticate(client: Client, gate_url: str) -> str:
     page = client.get(gate_url).content.decode()
-    link = page.split('data-reauthenticate-link', 1)[0].rsplit('href="', 1)[1].split('"', 1)[0]
+    link = page.split("data-reauthenticate-link", 1)[0].rsplit('href="', 1)[1].split('"', 1)[0]
     answer = client.get(link.replace("&amp;", "&"))
     assert answer.status_code == 302
     return str(answer["Location"])
@@ -73,9 +73,7 @@ def test_a_signature_needs_a_fresh_sign_in_at_the_provider(oidc: Any, analyst: A
     assert "data-reauthenticated" not in client.get(gate_url).content.decode()
 
 
-def test_a_provider_answer_without_a_fresh_auth_time_signs_nothing(
-    oidc: Any, analyst: Any
-) -> None:
+def test_a_provider_answer_without_a_fresh_auth_time_signs_nothing(oidc: Any, analyst: Any) -> None:
     client, browser, _ = _officer_through_provider(oidc)
     gate = hold_gate(invoice_case(analyst))
     authorize = _reauthenticate(client, reverse("oversight:gate-detail", args=[gate.pk]))
