@@ -94,10 +94,12 @@ REFUSAL_MESSAGES = {
 class OidcRefused(Exception):
     """The provider's answer or ID token is not accepted (the reason is audited)."""
 
-    def __init__(self, reason: Refusal, detail: str = "") -> None:
+    def __init__(self, reason: Refusal, detail: str = "", *, sub: str | None = None) -> None:
         super().__init__(f"{reason}: {detail}" if detail else str(reason))
         self.reason = reason
         self.detail = detail
+        # The subject of a verified token refused all the same (a deactivated user, say).
+        self.sub = sub
 
 
 class ProviderUnavailable(Exception):
@@ -290,7 +292,8 @@ class OidcBackend(OIDCAuthenticationBackend):
         try:
             user: AbstractBaseUser | None = super().authenticate(request, **kwargs)
         except OidcRefused as exc:
-            record_refusal(request, exc.reason, exc.detail, **getattr(exc, "subject", {}))
+            subject = {"sub": exc.sub} if exc.sub else {}
+            record_refusal(request, exc.reason, exc.detail, **subject)
             return None
         except requests.RequestException as exc:
             record_refusal(request, Refusal.TOKEN_EXCHANGE, str(exc))
@@ -326,11 +329,7 @@ class OidcBackend(OIDCAuthenticationBackend):
         """Sign the ID token's subject in (the claims come from the verified ID token)."""
         request = self.request
         reauth = _pending_reauthentication(request)
-        try:
-            user = sign_in(payload, reauthenticating=reauth)
-        except OidcRefused as exc:
-            exc.subject = {"sub": payload.get("sub")}  # type: ignore[attr-defined]
-            raise
+        user = sign_in(payload, reauthenticating=reauth)
         if reauth is not None:
             request.session[REAUTH_DONE] = {
                 "user_id": user.pk,
@@ -383,11 +382,13 @@ def sign_in(claims: dict[str, Any], *, reauthenticating: User | None = None) -> 
     created = identity is None
     if reauthenticating is not None:
         if identity is None or identity.user_id != reauthenticating.pk:
-            raise OidcRefused(Refusal.REAUTH_OTHER_USER, "the ID token is another user's")
+            raise OidcRefused(Refusal.REAUTH_OTHER_USER, "the ID token is another user's", sub=sub)
         auth_time = claims.get("auth_time")
         age = time.time() - int(auth_time) if isinstance(auth_time, int | float) else None
         if age is None or age > settings.CASEHUB_OIDC_REAUTH_MAX_AGE_S + LEEWAY_S:
-            raise OidcRefused(Refusal.REAUTH_STALE, f"auth_time {auth_time!r} is not fresh")
+            raise OidcRefused(
+                Refusal.REAUTH_STALE, f"auth_time {auth_time!r} is not fresh", sub=sub
+            )
     if identity is None:
         user = User.objects.create_user(
             username=_username_for(claims),
@@ -400,7 +401,7 @@ def sign_in(claims: dict[str, Any], *, reauthenticating: User | None = None) -> 
         identity = OidcIdentity.objects.create(user=user, issuer=issuer, sub=sub)
     user = identity.user
     if not user.is_active:
-        raise OidcRefused(Refusal.INACTIVE, f"user {user.username} is deactivated")
+        raise OidcRefused(Refusal.INACTIVE, f"user {user.username} is deactivated", sub=sub)
     groups = _claim_groups(claims)
     identity.groups = groups
     identity.last_signed_in_at = timezone.now()

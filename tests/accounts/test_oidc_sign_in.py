@@ -227,6 +227,7 @@ def test_a_deactivated_user_is_refused(oidc: Any) -> None:
     answer = _sign_in(client, "pia")
     assert answer.status_code == 302 and answer["Location"] == "/login/"
     assert _refusals() == ["inactive_user"]
+    assert _events("auth.oidc.refused")[0].data["sub"] == OidcIdentity.objects.get().sub
     assert b"deactivated" in client.get("/login/").content
 
 
