@@ -203,3 +203,23 @@ def remove_mapping(admin: User, mapping: OidcGroupMapping) -> None:
     deleted, _ = OidcGroupMapping.objects.filter(pk=mapping.pk).delete()
     if deleted:
         append_event("auth.oidc.mapping.removed", actor=admin, chain=SYSTEM_CHAIN, data=record)
+
+
+def expire_old_proposals(now: datetime | None = None) -> int:
+    """Mark pending proposals older than their lifetime `expired` (audited); return how many.
+
+    Run by Celery beat with the other two-person requests. Rows are claimed with SKIP LOCKED, so
+    two schedulers expire each proposal once.
+    """
+    now = now or timezone.now()
+    expired = 0
+    with transaction.atomic():
+        for proposal in (
+            OidcMappingRequest.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("requested_by")
+            .filter(status=OidcMappingRequest.Status.PENDING)
+            .filter(created_at__lt=now - users.ROLE_GRANT_LIFETIME)[:500]
+        ):
+            _expire(proposal, None, now, "not approved in time")
+            expired += 1
+    return expired

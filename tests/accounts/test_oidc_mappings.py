@@ -142,3 +142,23 @@ def test_nobody_turns_off_their_own_password_sign_in(admin_user: User, analyst: 
     with pytest.raises(users.UserChangeRefused):
         signin.set_password_sign_in(analyst, admin_user, off=True)  # type: ignore[arg-type]
     assert not PasswordSignInOff.objects.exists()
+
+
+def test_a_proposal_not_approved_in_time_expires(admin_user: User) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    proposal = oidc_mappings.map_group(admin_user, "g", OFFICER)
+    assert isinstance(proposal, OidcMappingRequest)
+    assert oidc_mappings.expire_old_proposals(timezone.now()) == 0
+    later = timezone.now() + users.ROLE_GRANT_LIFETIME + timedelta(minutes=1)
+    assert oidc_mappings.expire_old_proposals(later) == 1
+    proposal.refresh_from_db()
+    assert proposal.status == OidcMappingRequest.Status.EXPIRED
+    with pytest.raises(oidc_mappings.MappingConflict):
+        oidc_mappings.approve_mapping(personas.admin("alma"), proposal)
+    assert _actions("auth.oidc.mapping") == [
+        "auth.oidc.mapping.requested",
+        "auth.oidc.mapping.expired",
+    ]
