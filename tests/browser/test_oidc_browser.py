@@ -15,7 +15,11 @@ from accounts import oidc_mappings
 from accounts.models import OidcIdentity
 from accounts.roles import OFFICER
 from audit.models import AuditEvent
+from oversight.models import Gate, GateDecision, GateKind
+from planning.catalogue import sync_packs
 from tests import personas
+from tests.browser.a11y import axe_violations, describe
+from tests.cases import planned_invoice_case
 from tests.oidc_provider.provider import PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -41,6 +45,8 @@ def test_an_officer_signs_in_through_the_provider_and_out_again(page: Any, oidc:
     page.goto("/")
     assert "/login/" in page.url
     assert page.text_content("[data-oidc-sign-in]") == "Sign in with Test IdP"
+    violations = axe_violations(page)
+    assert violations == [], describe(violations)
     page.screenshot(path=str(SHOTS / "oidc-sign-in.png"), full_page=True)
     _sign_in_at_provider(page, oidc, "fiona")
     page.wait_for_selector('[data-landing="compliance officer"]')
@@ -91,3 +97,32 @@ def test_admins_map_groups_to_roles_in_the_admin(page: Any, oidc: Any) -> None:
     page.select_option("select[name=action]", "approve_selected")
     page.click("button[name=index]")
     page.wait_for_selector("text=cannot approve their own group mapping")
+
+
+def test_an_officer_signs_a_step_with_a_fresh_sign_in_at_the_provider(page: Any, oidc: Any) -> None:
+    sync_packs()
+    _map_officers()
+    oidc.user("fiona", ["casehub-officers"])
+    case = planned_invoice_case(personas.analyst())
+    hold = Gate.objects.get(case=case, kind=GateKind.STEP, node__key="place-hold")
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto("/login/")
+    _sign_in_at_provider(page, oidc, "fiona")
+    page.wait_for_selector('[data-landing="compliance officer"]')
+    page.goto(f"/gates/{hold.pk}/")
+    assert page.locator("#id_password").count() == 0
+    page.click("[data-reauthenticate-link]")
+    # prompt=login: the provider asks for the password although its session is alive.
+    page.wait_for_url(f"http://127.0.0.1:{oidc.port}/accounts/login/**")
+    page.fill("#id_username", "fiona")
+    page.fill("#id_password", PASSWORD)
+    page.click("#provider-sign-in")
+    page.wait_for_url(f"**/gates/{hold.pk}/")
+    page.wait_for_selector("[data-reauthenticated]")
+    page.click("#step-detail summary")
+    page.wait_for_selector("[data-approve]:not([disabled])")
+    page.screenshot(path=str(SHOTS / "oidc-signature.png"), full_page=True)
+    page.click("[data-approve]")
+    page.wait_for_selector('.gate-page[data-status="approved"]')
+    decision = GateDecision.objects.get(gate=hold)
+    assert decision.is_signed and decision.decider.username == "fiona"
