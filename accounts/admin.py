@@ -30,8 +30,14 @@ from django.utils.decorators import method_decorator
 from django.utils.html import format_html
 from django.views.decorators.debug import sensitive_post_parameters
 
-from accounts import users
-from accounts.models import PasswordResetRequest, RoleGrantRequest, SigningState
+from accounts import oidc_mappings, signin, users
+from accounts.models import (
+    OidcGroupMapping,
+    OidcMappingRequest,
+    PasswordResetRequest,
+    RoleGrantRequest,
+    SigningState,
+)
 from accounts.roles import ROLES
 
 # Fields no form here offers: posting one is tampering.
@@ -165,8 +171,19 @@ class CaseHubUserAdmin(admin.ModelAdmin):
     list_filter = ("is_active", "groups")
     search_fields = ("username", "first_name", "last_name", "email")
     ordering = ("username",)
-    actions = ("deactivate_selected", "unlock_signing_selected")
-    readonly_fields = ("password_status", "signing_status", "last_login", "date_joined")
+    actions = (
+        "deactivate_selected",
+        "unlock_signing_selected",
+        "password_sign_in_off_selected",
+        "password_sign_in_on_selected",
+    )
+    readonly_fields = (
+        "password_status",
+        "password_sign_in",
+        "signing_status",
+        "last_login",
+        "date_joined",
+    )
 
     # Who may use it ----------------------------------------------------------------------------
 
@@ -207,7 +224,7 @@ class CaseHubUserAdmin(admin.ModelAdmin):
             ("is_active", "current_roles") if self._own(request, obj) else ("is_active", "roles")
         )
         return (
-            (None, {"fields": ("username", "password_status")}),
+            (None, {"fields": ("username", "password_status", "password_sign_in")}),
             ("Personal info", {"fields": ("first_name", "last_name", "email")}),
             ("Access", {"fields": access}),
             ("E-signing", {"fields": ("signing_status",)}),
@@ -245,6 +262,12 @@ class CaseHubUserAdmin(admin.ModelAdmin):
         note = " A reset waits for a second admin." if pending else ""
         url = reverse("admin:auth_user_password_change", args=[obj.pk])
         return format_html('<a href="{}">Set a new password</a>.{}', url, note)
+
+    @admin.display(description="password sign-in")
+    def password_sign_in(self, obj: User) -> str:
+        if obj.pk is None or not signin.is_password_sign_in_off(obj):
+            return "on"
+        return "off: signs in through the identity provider only (a list action turns it on)"
 
     @admin.display(description="e-signing")
     def signing_status(self, obj: User) -> str:
@@ -406,6 +429,25 @@ class CaseHubUserAdmin(admin.ModelAdmin):
                 messages.error(request, f"{user.username}: refused: {error.why}.")
         if done:
             messages.success(request, f"Deactivated {done} user(s).")
+
+    def _password_sign_in(self, request: HttpRequest, queryset: QuerySet[User], off: bool) -> None:
+        done = 0
+        for user in queryset:
+            try:
+                done += signin.set_password_sign_in(_admin(request), user, off=off)
+            except users.UserChangeRefused as error:
+                messages.error(request, f"{user.username}: refused: {error.why}.")
+        if done:
+            state = "off (identity provider only)" if off else "on"
+            messages.success(request, f"Password sign-in {state} for {done} user(s).")
+
+    @admin.action(description="Turn password sign-in off (identity provider only)")
+    def password_sign_in_off_selected(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
+        self._password_sign_in(request, queryset, off=True)
+
+    @admin.action(description="Turn password sign-in back on")
+    def password_sign_in_on_selected(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
+        self._password_sign_in(request, queryset, off=False)
 
     @admin.action(description="Unlock e-signing of the selected users")
     def unlock_signing_selected(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
@@ -584,4 +626,145 @@ class RoleGrantRequestAdmin(admin.ModelAdmin):
 
     @admin.action(description="Reject the selected role grants (give a reason)")
     def reject_selected(self, request: HttpRequest, queryset: QuerySet[RoleGrantRequest]) -> None:
+        self._decide(request, queryset, approve=False)
+
+
+# Identity provider group mappings ------------------------------------------------------------
+
+
+class GroupMappingForm(forms.ModelForm):
+    role = forms.ChoiceField(choices=ROLE_CHOICES)
+
+    class Meta:
+        model = OidcGroupMapping
+        fields = ("group", "role")
+
+
+@admin.register(OidcGroupMapping)
+class GroupMappingAdmin(admin.ModelAdmin):
+    """Which group of the identity provider's claim gives which role. Adding one for a sensitive
+    role proposes it (OIDC group mapping proposals), for a second admin to approve."""
+
+    form = GroupMappingForm
+    list_display = ("group", "role", "created_by", "approved_by", "created_at")
+    list_filter = ("role",)
+    search_fields = ("group",)
+    actions = ("remove_selected",)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return _manages(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return _manages(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return _manages(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # remove and add again: each is its own audited change
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the list action removes, audited
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        try:
+            made = oidc_mappings.map_group(_admin(request), obj.group, obj.role)
+        except users.UserChangeRefused as error:
+            raise PermissionDenied(error.why) from None
+        except (ValueError, oidc_mappings.MappingConflict) as error:
+            messages.error(request, f"Not mapped: {error}.")
+            return
+        if isinstance(made, OidcMappingRequest):
+            messages.warning(
+                request,
+                f"{made.group} → {made.role} waits for a second admin "
+                "(Accounts > OIDC group mapping proposals).",
+            )
+        else:
+            obj.pk = made.pk
+
+    def response_add(
+        self, request: HttpRequest, obj: Any, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        return HttpResponseRedirect(reverse("admin:accounts_oidcgroupmapping_changelist"))
+
+    @admin.action(description="Remove the selected mappings (members lose the role at sign-in)")
+    def remove_selected(self, request: HttpRequest, queryset: QuerySet[OidcGroupMapping]) -> None:
+        done = 0
+        for mapping in queryset:
+            try:
+                oidc_mappings.remove_mapping(_admin(request), mapping)
+                done += 1
+            except users.UserChangeRefused as error:
+                messages.error(request, f"{mapping}: refused: {error.why}.")
+        if done:
+            messages.success(request, f"Removed {done} mapping(s).")
+
+
+@admin.register(OidcMappingRequest)
+class GroupMappingRequestAdmin(admin.ModelAdmin):
+    """Proposed mappings of groups to sensitive roles, for a second admin to approve or reject."""
+
+    list_display = (
+        "group",
+        "role",
+        "requested_by",
+        "status",
+        "created_at",
+        "decided_by",
+        "decided_at",
+        "reason",
+    )
+    list_filter = ("status",)
+    fields = list_display
+    readonly_fields = fields
+    actions = ("approve_selected", "reject_selected")
+    action_form = RoleGrantActionForm
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return _manages(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return _manages(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # proposed by adding a mapping
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def _decide(
+        self, request: HttpRequest, queryset: QuerySet[OidcMappingRequest], approve: bool
+    ) -> None:
+        reason = str(request.POST.get("reason", "")).strip()
+        if not approve and not reason:
+            messages.error(request, "Give a reason to reject a mapping.")
+            return
+        done = 0
+        for proposal in queryset.select_related("requested_by"):
+            try:
+                if approve:
+                    oidc_mappings.approve_mapping(_admin(request), proposal)
+                else:
+                    oidc_mappings.reject_mapping(_admin(request), proposal, reason)
+                done += 1
+            except users.UserChangeRefused as error:
+                messages.error(request, f"{proposal}: refused: {error.why}.")
+            except oidc_mappings.MappingConflict as error:
+                messages.error(request, f"{proposal}: {error}.")
+        if done:
+            verb = "Approved" if approve else "Rejected"
+            messages.success(request, f"{verb} {done} mapping(s).")
+
+    @admin.action(description="Approve the selected mappings (as the second admin)")
+    def approve_selected(
+        self, request: HttpRequest, queryset: QuerySet[OidcMappingRequest]
+    ) -> None:
+        self._decide(request, queryset, approve=True)
+
+    @admin.action(description="Reject the selected mappings (give a reason)")
+    def reject_selected(self, request: HttpRequest, queryset: QuerySet[OidcMappingRequest]) -> None:
         self._decide(request, queryset, approve=False)

@@ -9,6 +9,10 @@ a pending request, closing it with its audit event, expiring one too old to appr
 the old ones, and the rule that the requester is no second person. What a request changes when
 approved (a password, roles) is its kind's own, in `accounts.users`.
 
+A group of the identity provider's group claim mapped to a sensitive role is a request too
+(`OidcMappingRequest`, in `accounts.oidc_mappings`), which uses `pending`, `expire_if_old` and
+`is_requester` here.
+
 Policy changes follow the same rule (a second admin approves, never the proposer) in
 `oversight.actions.policies`, which asks `is_requester` here.
 """
@@ -23,7 +27,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.models import PasswordResetRequest, RoleGrantRequest
+from accounts.models import OidcMappingRequest, PasswordResetRequest, RoleGrantRequest
 from audit.chain import SYSTEM_CHAIN, append_event
 
 type TwoPersonRequest = PasswordResetRequest | RoleGrantRequest
@@ -43,6 +47,7 @@ GRANT_CLOSED: Mapping[str, str] = {
 NOUNS: Mapping[type[Any], str] = {
     PasswordResetRequest: "password reset",
     RoleGrantRequest: "role grant",
+    OidcMappingRequest: "group mapping",
 }
 
 
@@ -55,7 +60,7 @@ def subject(user: User) -> dict[str, Any]:
     return {"user": user.username, "user_id": user.pk}
 
 
-def pending[R: (PasswordResetRequest, RoleGrantRequest)](
+def pending[R: (PasswordResetRequest, RoleGrantRequest, OidcMappingRequest)](
     request: R, conflict: type[RequestConflict]
 ) -> R:
     """Lock the request's row and return it; raise `conflict` unless it is still pending."""
@@ -117,7 +122,7 @@ def is_requester(approver: User, requested_by_id: int | None) -> bool:
     return requested_by_id is not None and requested_by_id == approver.pk
 
 
-def expire_if_old[R: (PasswordResetRequest, RoleGrantRequest)](
+def expire_if_old[R: (PasswordResetRequest, RoleGrantRequest, OidcMappingRequest)](
     request: R,
     admin: User,
     *,

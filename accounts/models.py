@@ -170,3 +170,140 @@ class RoleGrantRequest(models.Model):
 
 
 # Execution ---------------------------------------------------------------------------------------
+
+
+# Sign-in through the organisation's identity provider (OpenID Connect) ------------------------
+
+
+class OidcIdentity(models.Model):
+    """A user's account at the identity provider: its issuer and stable subject id (`sub`).
+
+    Users are matched by these two alone, never by username or e-mail, so no provider account can
+    take over a local one. `groups` is the group claim of the last sign-in (None: it was missing).
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="oidc_identity"
+    )
+    issuer = models.CharField(max_length=300)
+    sub = models.CharField(max_length=255)
+    groups = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_signed_in_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "OIDC identity"
+        verbose_name_plural = "OIDC identities"
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "sub"], name="accounts_oidc_identity_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.sub} at {self.issuer}"
+
+
+class OidcGroupMapping(models.Model):
+    """A group of the provider's group claim that gives its members a CaseHub role.
+
+    A mapping to a sensitive role exists only once a second admin approved its
+    OidcMappingRequest; a mapping to the analyst role applies at once.
+    """
+
+    group = models.CharField(max_length=200)
+    role = models.CharField(max_length=32)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "OIDC group mapping"
+        ordering = ["group", "role"]
+        constraints = [
+            models.UniqueConstraint(fields=["group", "role"], name="accounts_oidc_mapping_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.group} → {self.role}"
+
+
+class OidcMappingRequest(models.Model):
+    """A group mapped to a sensitive role that one admin proposed; a second admin decides."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        EXPIRED = "expired"
+
+    group = models.CharField(max_length=200)
+    role = models.CharField(max_length=32)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    reason = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        verbose_name = "OIDC group mapping proposal"
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["status", "group"])]
+
+    def __str__(self) -> str:
+        return f"mapping {self.group} → {self.role} ({self.status})"
+
+
+class OidcRoleClaim(models.Model):
+    """A role a user holds because their group claim mapped to it, and the groups that did.
+
+    Only these roles are taken away when the claim no longer maps to them: a role an admin
+    granted stays.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="oidc_role_claims"
+    )
+    role = models.CharField(max_length=32)
+    groups = models.JSONField(default=list)
+    granted_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "role"], name="accounts_oidc_role_claim_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role} of {self.user_id} from {', '.join(self.groups)}"
+
+
+class OidcTokenUse(models.Model):
+    """An ID token that signed someone in, kept until it expires: a replayed one is refused."""
+
+    token_hash = models.CharField(max_length=64, unique=True)
+    expires_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"ID token {self.token_hash[:12]}… (until {self.expires_at:%Y-%m-%d %H:%M})"
+
+
+class PasswordSignInOff(models.Model):
+    """The user may not sign in with a password (only through the identity provider)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="password_sign_in_off",
+    )
+    since = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"password sign-in off for {self.user_id}"

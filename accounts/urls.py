@@ -16,6 +16,8 @@ urlpatterns = [
         views.account_token_revoke,
         name="account-token-revoke",
     ),
+    path("oidc/sign-in/", views.oidc_sign_in, name="oidc-sign-in"),
+    path("oidc/callback/", views.oidc_callback, name="oidc-callback"),
     path("sign-in-lockouts/", views.lockout_list, name="lockout-list"),
     path("sign-in-lockouts/lift", views.lockout_lift, name="lockout-lift"),
 ]

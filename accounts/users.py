@@ -667,6 +667,39 @@ def _reject_role_grant(admin: User, request: RoleGrantRequest, reason: str) -> R
     return locked
 
 
+# Roles from the identity provider's group claim ---------------------------------------------
+
+
+@transaction.atomic
+def apply_claimed_roles(
+    user: User, *, add: Sequence[str], remove: Sequence[str], why: str
+) -> tuple[list[str], list[str]]:
+    """Add and remove roles as the user's group claim maps them; return the roles before and after.
+
+    No admin acts here: a group mapped to a sensitive role had its second admin when the mapping
+    was approved (accounts.oidc_mappings). Staff follows the admin role. The caller writes the
+    events that name the claim. A removed role revokes the user's API tokens and ends their
+    sessions, as an admin's removal does (audited). Raises ValueError for an unknown role.
+    """
+    stored = _locked(user)
+    before = role_names(stored)
+    with _recording():
+        if remove:
+            stored.groups.remove(*stored.groups.filter(name__in=list(remove)))
+        if add:
+            stored.groups.add(*_role_groups(add))
+        after = role_names(stored)
+        is_staff = ADMIN in after if ADMIN in (*add, *remove) else stored.is_staff
+        if is_staff != stored.is_staff:
+            stored.is_staff = is_staff
+            stored.save(update_fields=["is_staff"])
+    if removed := sorted(set(before) - set(after)):
+        api_tokens.revoke_api_tokens(stored, actor=None, why=f"{why}: {', '.join(removed)}")
+        sessions.end_all_sessions(stored, actor=None, why=f"{why}: {', '.join(removed)}")
+    user.is_staff = stored.is_staff
+    return before, after
+
+
 # E-signing -------------------------------------------------------------------------------------
 
 

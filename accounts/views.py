@@ -1,21 +1,127 @@
-"""The signed-in user's account page (their sessions and API tokens, log out everywhere) and the
-admins' Sign-in lockouts page."""
+"""Signing in and out (password form, identity provider), the signed-in user's account page
+(their sessions and API tokens, log out everywhere) and the admins' Sign-in lockouts page."""
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.models import User
-from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponse
+from django.contrib.auth.views import LoginView, LogoutView
+from django.core.exceptions import PermissionDenied, SuspiciousOperation
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
+from django.views.generic import View
+from mozilla_django_oidc.views import (  # type: ignore[import-untyped]
+    OIDCAuthenticationCallbackView,
+    OIDCAuthenticationRequestView,
+)
 
-from accounts import throttling
+from accounts import oidc, throttling
 from accounts import tokens as api_tokens
+from accounts.forms import PasswordSignInForm
 from accounts.sessions import log_out_everywhere, signed_in_sessions
 from accounts.users import may_manage_users
 from web.http import HtmxHttpRequest
+
+logger = logging.getLogger(__name__)
+
+
+# Signing in and out ---------------------------------------------------------------------------
+
+
+class SignInView(LoginView):
+    """The sign-in page: the password form, and "Sign in with <provider>" when one is set."""
+
+    form_class = PasswordSignInForm
+    redirect_authenticated_user = True
+
+
+class SignOutView(LogoutView):
+    """Log out; a session that signed in through the provider is sent to end its session there
+    too when the provider offers that (`end_session_endpoint`)."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        at_provider = oidc.end_session_url(request)
+        response = super().post(request, *args, **kwargs)
+        return HttpResponseRedirect(at_provider) if at_provider else response
+
+
+class OidcSignInView(OIDCAuthenticationRequestView):
+    """Send the browser to the provider's authorization endpoint (state, nonce, PKCE).
+
+    With `reauth=1` a signed-in user is asked to sign in afresh there (`prompt=login`,
+    `max_age=0`), for an e-signature. 404 while no provider is configured; 503 when its
+    discovery document cannot be read.
+    """
+
+    get_settings = staticmethod(oidc.library_setting)
+
+    def __init__(self, **kwargs: Any) -> None:
+        View.__init__(self, **kwargs)  # the endpoint comes from discovery, in get()
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        if not oidc.is_enabled():
+            raise Http404("sign-in through an identity provider is not configured")
+        try:
+            self.OIDC_OP_AUTH_ENDPOINT = oidc.provider().authorization_endpoint
+        except oidc.ProviderUnavailable as exc:
+            logger.warning("The identity provider is unavailable: %s", exc)
+            messages.error(request, "The identity provider cannot be reached. Try again later.")
+            return redirect("login")
+        self.OIDC_RP_CLIENT_ID = settings.CASEHUB_OIDC_CLIENT_ID
+        self.reauthenticating = False
+        if request.GET.get("reauth") == "1" and isinstance(request.user, User):
+            oidc.ask_reauthentication(request, request.user)
+            self.reauthenticating = True
+        response: HttpResponse = super().get(request)
+        return response
+
+    def get_extra_params(self, request: HttpRequest) -> dict[str, str]:
+        return {"prompt": "login", "max_age": "0"} if self.reauthenticating else {}
+
+
+class OidcCallbackView(OIDCAuthenticationCallbackView):
+    """Where the provider sends the browser back: check the state, exchange the code, sign in.
+
+    A state this session did not send, an error from the provider and every refused ID token
+    are audited (`auth.oidc.refused`) and send the browser to the sign-in page with a message.
+    """
+
+    get_settings = staticmethod(oidc.library_setting)
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        if not oidc.is_enabled():
+            raise Http404("sign-in through an identity provider is not configured")
+        if request.GET.get("error"):
+            oidc.record_refusal(
+                request, oidc.Refusal.PROVIDER_ERROR, str(request.GET.get("error"))[:200]
+            )
+        elif "code" in request.GET and "state" in request.GET:
+            states = request.session.get("oidc_states") or {}
+            if request.GET["state"] not in states:
+                oidc.record_refusal(
+                    request, oidc.Refusal.STATE, "the state is not one this session sent"
+                )
+                return self.login_failure()
+        try:
+            response: HttpResponse = super().get(request)
+        except SuspiciousOperation as exc:
+            oidc.record_refusal(request, oidc.Refusal.STATE, str(exc))
+            return self.login_failure()
+        return response
+
+    def login_failure(self) -> HttpResponse:
+        messages.error(self.request, oidc.refusal_message(self.request))
+        return redirect("login")
+
+
+oidc_sign_in = login_not_required(OidcSignInView.as_view())
+oidc_callback = login_not_required(OidcCallbackView.as_view())
 
 
 def _user(request: HtmxHttpRequest) -> User:

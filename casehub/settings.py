@@ -6,6 +6,7 @@ import ipaddress
 import secrets
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.utils.csp import CSP
@@ -105,6 +106,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "casehub.context_processors.navigation",
+                "accounts.context_processors.sign_in",
             ],
         },
     },
@@ -431,10 +433,6 @@ CELERY_BEAT_SCHEDULE["admin-requests"] = {
 # holds there. Failures during a refusal are not counted and do not extend it; a successful
 # sign-in clears that pair's failures.
 INSTALLED_APPS += ["axes"]
-AUTHENTICATION_BACKENDS = [
-    "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
-]
 MIDDLEWARE += ["axes.middleware.AxesMiddleware"]
 CASEHUB_LOGIN_FAILURE_LIMIT = env_int("CASEHUB_LOGIN_FAILURE_LIMIT", 10, minimum=1)
 CASEHUB_LOGIN_COOLOFF_MINUTES = env_int("CASEHUB_LOGIN_COOLOFF_MINUTES", 15, minimum=1)
@@ -482,6 +480,45 @@ SESSION_SAVE_EVERY_REQUEST = False
 # beyond it revokes the oldest).
 CASEHUB_API_TOKEN_TTL_HOURS = env_int("CASEHUB_API_TOKEN_TTL_HOURS", 168, minimum=1)
 CASEHUB_API_TOKEN_MAX_PER_USER = env_int("CASEHUB_API_TOKEN_MAX_PER_USER", 5, minimum=1)
+
+# Sign-in through the organisation's identity provider (OpenID Connect, authorization code flow
+# with PKCE; accounts/oidc.py, docs/security.md). Off unless CASEHUB_OIDC_ISSUER is set; the
+# endpoints come from <issuer>/.well-known/openid-configuration, fetched when first needed and
+# cached for an hour. Group claim values map to roles through the admins' OIDC group mappings.
+CASEHUB_OIDC_ISSUER = env_str("CASEHUB_OIDC_ISSUER").rstrip("/")
+CASEHUB_OIDC_CLIENT_ID = env_str("CASEHUB_OIDC_CLIENT_ID")
+CASEHUB_OIDC_CLIENT_SECRET = env_str("CASEHUB_OIDC_CLIENT_SECRET")
+CASEHUB_OIDC_PROVIDER_NAME = env_str("CASEHUB_OIDC_PROVIDER_NAME", "your organisation")
+CASEHUB_OIDC_SCOPES = env_str("CASEHUB_OIDC_SCOPES", "openid profile email")
+CASEHUB_OIDC_GROUPS_CLAIM = env_str("CASEHUB_OIDC_GROUPS_CLAIM", "groups")
+# An e-signature of a user whose password sign-in is off asks for a fresh sign-in at the
+# provider: its auth_time may be at most this old when CaseHub gets the ID token.
+CASEHUB_OIDC_REAUTH_MAX_AGE_S = env_int("CASEHUB_OIDC_REAUTH_MAX_AGE_S", 300, minimum=10)
+CASEHUB_OIDC_TIMEOUT_S = env_int("CASEHUB_OIDC_TIMEOUT_S", 10, minimum=1)
+if CASEHUB_OIDC_ISSUER and not (CASEHUB_OIDC_CLIENT_ID and CASEHUB_OIDC_CLIENT_SECRET):
+    raise ConfigError(
+        "CASEHUB_OIDC_ISSUER is set: CASEHUB_OIDC_CLIENT_ID and CASEHUB_OIDC_CLIENT_SECRET are "
+        "required too."
+    )
+# The password backend refuses users whose password sign-in is off; the OIDC backend answers
+# only the provider's callback (and nothing while no issuer is set).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "accounts.signin.PasswordBackend",
+    "accounts.oidc.OidcBackend",
+]
+# mozilla-django-oidc's fixed choices (the env-driven ones are read by accounts.oidc itself).
+OIDC_RP_SIGN_ALGO = "RS256"
+OIDC_USE_PKCE = True
+OIDC_USE_NONCE = True
+OIDC_STORE_ID_TOKEN = True
+OIDC_AUTHENTICATION_CALLBACK_URL = "accounts:oidc-callback"
+LOGIN_REDIRECT_URL_FAILURE = "login"
+if CASEHUB_OIDC_ISSUER:
+    # Log out posts a form that the server redirects to the provider's end-session endpoint:
+    # Chrome applies form-action to that redirect.
+    _issuer = urlsplit(CASEHUB_OIDC_ISSUER)
+    SECURE_CSP["form-action"] = [CSP.SELF, f"{_issuer.scheme}://{_issuer.netloc}"]
 # The audit trail records every failed sign-in; axes need not log each one as a warning too.
 LOGGING["loggers"]["axes"] = {"level": "ERROR"}  # type: ignore[index]
 

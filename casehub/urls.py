@@ -1,9 +1,9 @@
 """Top-level URL configuration."""
 
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from accounts import views as accounts_views
 from casehub import views
 from casehub.api import api
 from observability.views import metrics_view
@@ -19,8 +19,8 @@ urlpatterns = [
     path("health", views.health, name="health"),
     path("favicon.ico", views.favicon, name="favicon"),
     path("metrics", metrics_view, name="metrics"),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("login/", accounts_views.SignInView.as_view(), name="login"),
+    path("logout/", accounts_views.SignOutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
 ]

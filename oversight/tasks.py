@@ -8,7 +8,7 @@ from celery import shared_task
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from accounts import users
+from accounts import oidc_mappings, users
 from accounts.denials import flush_denials
 from audit.checkpoints import write_checkpoints
 from oversight.actions import deadlines, whatif
@@ -42,8 +42,9 @@ def flush_access_denials() -> dict[str, int]:
 
 @shared_task(name="oversight.expire_admin_requests")
 def expire_admin_requests() -> dict[str, int]:
-    """Expire pending password resets and role grants that were not approved in time."""
-    return users.expire_old_requests()
+    """Expire pending password resets, role grants and group mapping proposals that were not
+    approved in time."""
+    return {**users.expire_old_requests(), "group_mappings": oidc_mappings.expire_old_proposals()}
 
 
 @shared_task(name="oversight.run_policy_whatif")

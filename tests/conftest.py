@@ -17,6 +17,7 @@ import pytest
 from tests import personas
 from tests.fakes.fixtures import fake_openai  # noqa: F401  (a fixture for every test)
 from tests.fakes.openai_server import FakeOpenAIServer
+from tests.oidc_provider.provider import CLIENT_ID, CLIENT_SECRET, OidcProvider
 
 ROOT = Path(__file__).resolve().parent.parent
 # CI sets this so that a test skipped for want of a service or a browser fails the run instead.
@@ -237,6 +238,43 @@ def llm_worker_process(
         yield worker
     finally:
         worker.stop()
+
+
+# A real OpenID provider ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def oidc_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OidcProvider]:
+    """Start django-oauth-toolkit's OpenID provider in a process of its own, once a session."""
+    provider = OidcProvider(tmp_path_factory.mktemp("oidc-provider")).start()
+    try:
+        yield provider
+    finally:
+        provider.stop()
+
+
+@pytest.fixture
+def oidc(oidc_provider: OidcProvider, settings: Any, request: pytest.FixtureRequest) -> Any:
+    """Point CaseHub at the test provider for one test (a well-behaved provider to begin with)."""
+    from django.core.cache import cache
+
+    settings.CASEHUB_OIDC_ISSUER = oidc_provider.issuer
+    settings.CASEHUB_OIDC_CLIENT_ID = CLIENT_ID
+    settings.CASEHUB_OIDC_CLIENT_SECRET = CLIENT_SECRET
+    settings.CASEHUB_OIDC_PROVIDER_NAME = "Test IdP"
+    settings.SECURE_CSP = {
+        **settings.SECURE_CSP,
+        "form-action": ["'self'", f"http://127.0.0.1:{oidc_provider.port}"],
+    }
+    urls = ["http://testserver"]
+    if "page" in request.fixturenames or "live_server" in request.fixturenames:
+        urls.append(request.getfixturevalue("live_server").url)
+    oidc_provider.register_client(urls)
+    oidc_provider.quirks()
+    cache.clear()
+    yield oidc_provider
+    oidc_provider.quirks()
+    cache.clear()
 
 
 # A real headless browser ------------------------------------------------------------------------

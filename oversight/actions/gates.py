@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -22,6 +22,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from accounts.models import SigningState
+from accounts.signin import is_password_sign_in_off
 from audit.chain import SYSTEM_CHAIN, NewEvent, append_event, case_chain
 from audit.transitions import audited
 from oversight import notify
@@ -91,6 +92,9 @@ class DecisionInput:
     reason_code: str = ""
     reason: str = ""
     password: str | None = None
+    # For a user whose password sign-in is off: when they last signed in afresh at the identity
+    # provider (accounts.oidc.reauthenticated_at), which stands for the password.
+    reauthenticated_at: datetime | None = None
     version: int | None = None
     content_hash: str | None = None
 
@@ -175,17 +179,29 @@ def signature_meaning(gate: Gate) -> str:
     )
 
 
-def _check_signature(user: User, gate: Gate, password: str | None) -> None:
+def _check_signature(user: User, gate: Gate, decision: DecisionInput) -> None:
     """Raise SignatureRefused unless the password is right; count and lock wrong ones (R7).
 
-    A wrong password is counted in its own transaction, so the count survives the refusal.
+    A wrong password is counted in its own transaction, so the count survives the refusal. A
+    user whose password sign-in is off signs with a fresh sign-in at the identity provider
+    instead: at most CASEHUB_OIDC_REAUTH_MAX_AGE_S old.
     """
+    password = decision.password
     state, _ = SigningState.objects.get_or_create(user=user)
     if state.locked_at is not None:
         _deny(user, gate, "oversight.signature.refused", "signing is locked")
         raise SignatureRefused(
             "signing is locked after too many wrong passwords; an admin must unlock it"
         )
+    if is_password_sign_in_off(user):
+        at = decision.reauthenticated_at
+        max_age = timedelta(seconds=settings.CASEHUB_OIDC_REAUTH_MAX_AGE_S)
+        if at is None or timezone.now() - at > max_age:
+            raise SignatureRefused(
+                "this approval is an electronic signature: sign in again at the identity "
+                "provider first"
+            )
+        return
     if not password:
         raise SignatureRefused("this approval is an electronic signature: enter your password")
     if user.check_password(password):
@@ -208,6 +224,13 @@ def _check_signature(user: User, gate: Gate, password: str | None) -> None:
     if locked:
         raise SignatureRefused("wrong password: signing is now locked; an admin must unlock it")
     raise SignatureRefused("wrong password: the approval was not signed")
+
+
+def _signature_record(meaning: str, digest: str, decision: DecisionInput) -> dict[str, Any]:
+    record: dict[str, Any] = {"meaning": meaning, "hash": digest}
+    if decision.reauthenticated_at is not None:
+        record["reauthenticated_at"] = decision.reauthenticated_at.isoformat()
+    return record
 
 
 def _load(gate_id: int, *, lock: bool) -> Gate:
@@ -245,7 +268,7 @@ def decide_gate(*, gate_id: int, user: User, decision: DecisionInput) -> Gate:
         _deny(user, gate, "oversight.gate.decision_denied", why)
         raise DecisionDenied(why)
     if approve and gate.needs_signature:
-        _check_signature(user, gate, decision.password)
+        _check_signature(user, gate, decision)
     return _decide(gate_id, user, decision, reason_code)
 
 
@@ -353,7 +376,7 @@ def _decide(
                     "version": record.version_number,
                     "content_hash": record.content_hash,
                     "full_name": record.full_name,
-                    "signature": {"meaning": meaning, "hash": record.signature_hash}
+                    "signature": _signature_record(meaning, record.signature_hash, decision)
                     if signed
                     else None,
                     "before": before,

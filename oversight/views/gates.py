@@ -17,6 +17,8 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_GET, require_POST
 
+from accounts import oidc
+from accounts.signin import is_password_sign_in_off
 from oversight.actions.gates import (
     DecisionDenied,
     DecisionInput,
@@ -403,10 +405,25 @@ def _gate_context(
         "may_decide": may_decide,
         "why_not": why_not if gate.is_open and is_current else "",
         "meaning": signature_meaning(gate) if gate.needs_signature else "",
+        **(_signing_at_provider(request, gate) if gate.needs_signature and may_decide else {}),
         "reject_codes": _reject_codes(),
         "errors": dict(errors or {}),
         "notice": notice,
         "posted": dict(posted or {}),
+    }
+
+
+def _signing_at_provider(request: HtmxHttpRequest, gate: Gate) -> dict[str, object]:
+    """Say how a user whose password sign-in is off signs: a fresh sign-in at the provider."""
+    user = request.user
+    if not isinstance(user, User) or not is_password_sign_in_off(user):
+        return {}
+    back = reverse("oversight:gate-detail", args=[gate.pk])
+    return {
+        "sign_at_provider": True,
+        "reauthenticated_at": oidc.reauthenticated_at(request, user),
+        "reauthenticate_url": f"{reverse('accounts:oidc-sign-in')}?"
+        + urlencode({"reauth": "1", "next": back}),
     }
 
 
@@ -469,7 +486,9 @@ def gate_decide(request: HtmxHttpRequest, gate_id: int) -> HttpResponse:
             },
         )
     password = request.POST.get("password")
+    at_provider = is_password_sign_in_off(user)
     data = DecisionInput(
+        reauthenticated_at=oidc.reauthenticated_at(request, user) if at_provider else None,
         decision=decision,
         reason_code=request.POST.get("reason_code", ""),
         reason=request.POST.get("reason", "")[:5000],
@@ -494,6 +513,8 @@ def gate_decide(request: HtmxHttpRequest, gate_id: int) -> HttpResponse:
         )
     except ReasonInvalid as exc:
         return _again(request, gate_id, 422, errors={exc.field: exc.message})
+    if at_provider and data.reauthenticated_at is not None and gate.needs_signature:
+        oidc.take_reauthentication(request, user)  # one fresh sign-in, one signature
     verb = "approval" if decision == GateDecision.Decision.APPROVE else "rejection"
     messages.success(request, f"Your {verb} is recorded; the gate is {decided.status}.")
     return redirect("oversight:gate-detail", gate_id=gate.pk)

@@ -109,6 +109,9 @@ execution:execution-control                       401  403  403  403  403  403  
 execution:execution-control-set                   401  403  403  403  403  403  ok   403
 accounts:lockout-list                            401  403  403  403  403  403  ok   403
 accounts:lockout-lift                            401  403  403  403  403  403  ok   403
+# Sign-in through the identity provider: 404 while no provider is configured (as here)
+accounts:oidc-sign-in                             404  404  404  404  404  404  404  404
+accounts:oidc-callback                            404  404  404  404  404  404  404  404
 # The admin (staff only; list actions are checked by the A8 walk)
 admin:index                                       401  401  401  401  401  401  ok   401
 admin:login                                       ok   ok   ok   ok   ok   ok   ok   ok
@@ -179,6 +182,18 @@ admin:accounts_rolegrantrequest_history          401  401  401  401  401  401  o
 admin:accounts_rolegrantrequest_delete           401  401  401  401  401  401  403  401
 admin:accounts_rolegrantrequest_change           401  401  401  401  401  401  ok   401 post=admin:403
 admin/accounts/rolegrantrequest/<path:object_id>/ 401  401  401  401  401  401  ok   401
+admin:accounts_oidcgroupmapping_changelist        401  401  401  401  401  401  ok   401
+admin:accounts_oidcgroupmapping_add               401  401  401  401  401  401  ok   401
+admin:accounts_oidcgroupmapping_history           401  401  401  401  401  401  ok   401
+admin:accounts_oidcgroupmapping_delete            401  401  401  401  401  401  403  401
+admin:accounts_oidcgroupmapping_change            401  401  401  401  401  401  ok   401 post=admin:403
+admin/accounts/oidcgroupmapping/<path:object_id>/ 401  401  401  401  401  401  ok   401
+admin:accounts_oidcmappingrequest_changelist      401  401  401  401  401  401  ok   401
+admin:accounts_oidcmappingrequest_add             401  401  401  401  401  401  403  401
+admin:accounts_oidcmappingrequest_history         401  401  401  401  401  401  ok   401
+admin:accounts_oidcmappingrequest_delete          401  401  401  401  401  401  403  401
+admin:accounts_oidcmappingrequest_change          401  401  401  401  401  401  ok   401 post=admin:403
+admin/accounts/oidcmappingrequest/<path:object_id>/ 401  401  401  401  401  401  ok   401
 admin:execution_trustscore_changelist             401  401  401  401  401  401  ok   401
 admin:execution_trustscore_add                    401  401  401  401  401  401  403  401
 admin:execution_trustscore_history                401  401  401  401  401  401  ok   401

@@ -40,7 +40,7 @@ from django.test.utils import CaptureQueriesContext, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
-from accounts import roles, users
+from accounts import oidc_mappings, roles, users
 from accounts import tokens as api_tokens
 from accounts.models import ApiToken
 from audit.models import AuditEvent
@@ -134,6 +134,8 @@ def _admin_objects(officer: AbstractUser, admin_user: AbstractUser) -> dict[str,
     second_admin = personas.admin("alice")
     users.request_password_reset(second_admin, officer, NEW_PASSWORD)
     users.set_roles(second_admin, personas.analyst("bea"), [roles.OFFICER])
+    oidc_mappings.map_group(second_admin, "casehub-analysts", roles.ANALYST)
+    oidc_mappings.map_group(second_admin, "casehub-officers", roles.OFFICER)  # a proposal
     found: dict[str, str] = {}
     for model in admin.site._registry:
         row: Model | None = model._default_manager.order_by("pk").first()
