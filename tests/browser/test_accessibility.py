@@ -179,6 +179,24 @@ def _visits() -> list[Visit]:
             ready="#content",
         ),
         Visit(
+            name="admin-oidc-mappings",
+            user=admin.username,
+            url="/admin/accounts/oidcgroupmapping/",
+            ready="#content",
+        ),
+        Visit(
+            name="admin-oidc-mapping-requests",
+            user=admin.username,
+            url="/admin/accounts/oidcmappingrequest/",
+            ready="#content",
+        ),
+        Visit(
+            name="admin-oidc-mapping-add",
+            user=admin.username,
+            url="/admin/accounts/oidcgroupmapping/add/",
+            ready="#content",
+        ),
+        Visit(
             name="admin-password",
             user=admin.username,
             url=f"/admin/auth/user/{analyst.pk}/password/",

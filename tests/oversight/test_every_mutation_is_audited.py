@@ -33,9 +33,14 @@ from django.test import Client, RequestFactory
 from django.urls import reverse
 from django.utils import timezone
 
-from accounts import roles, users
+from accounts import oidc_mappings, roles, signin, users
 from accounts import tokens as api_tokens
-from accounts.models import PasswordResetRequest, SigningState
+from accounts.models import (
+    OidcGroupMapping,
+    OidcMappingRequest,
+    PasswordResetRequest,
+    SigningState,
+)
 from audit.models import AuditEvent
 from execution.actions import set_stopped
 from execution.models import TrustScore, WorkerHeartbeat, WorkItem
@@ -389,6 +394,47 @@ def _unlock(user: User | None) -> Req:
     return _user_action("unlock_signing_selected", target)
 
 
+def _password_sign_in_off(user: User | None) -> Req:
+    return _user_action("password_sign_in_off_selected", _user(personas.analyst, "bea"))
+
+
+def _password_sign_in_on(user: User | None) -> Req:
+    target = _user(personas.analyst, "bea")
+    signin.set_password_sign_in(_user(personas.admin, "alice"), target, off=True)
+    return _user_action("password_sign_in_on_selected", target)
+
+
+def _mapping_add(user: User | None) -> Req:
+    return Req(
+        reverse("admin:accounts_oidcgroupmapping_add"), {"group": "idp-analysts", "role": "analyst"}
+    )
+
+
+def _a_mapping() -> OidcGroupMapping:
+    made = oidc_mappings.map_group(_user(personas.admin, "alice"), "idp-analysts", roles.ANALYST)
+    assert isinstance(made, OidcGroupMapping), "an analyst mapping applies at once"
+    return made
+
+
+def _mapping_remove(user: User | None) -> Req:
+    data = {"action": "remove_selected", "_selected_action": [_a_mapping().pk]}
+    return Req(reverse("admin:accounts_oidcgroupmapping_changelist"), data)
+
+
+def _a_mapping_proposal() -> OidcMappingRequest:
+    made = oidc_mappings.map_group(_user(personas.admin, "alice"), "idp-officers", roles.OFFICER)
+    assert isinstance(made, OidcMappingRequest), "an officer mapping waits for a second admin"
+    return made
+
+
+def _mapping_decision(action: str) -> Callable[[User | None], Req]:
+    def prepare(user: User | None) -> Req:
+        data = {"action": action, "_selected_action": [_a_mapping_proposal().pk], "reason": "no"}
+        return Req(reverse("admin:accounts_oidcmappingrequest_changelist"), data)
+
+    return prepare
+
+
 def _locked_pair(user: User | None) -> Req:
     AccessAttempt.objects.create(
         username="oscar",
@@ -673,6 +719,25 @@ AUDITED: dict[str, Audited] = {
     "admin:auth_user_changelist action=unlock_signing_selected": Audited(
         "admin", _unlock, "security.signing.unlocked"
     ),
+    "admin:auth_user_changelist action=password_sign_in_off_selected": Audited(
+        "admin", _password_sign_in_off, "auth.user.password_sign_in_changed"
+    ),
+    "admin:auth_user_changelist action=password_sign_in_on_selected": Audited(
+        "admin", _password_sign_in_on, "auth.user.password_sign_in_changed"
+    ),
+    # Group mappings of the identity provider's claim (accounts.oidc_mappings).
+    "admin:accounts_oidcgroupmapping_add": Audited(
+        "admin", _mapping_add, "auth.oidc.mapping.added"
+    ),
+    "admin:accounts_oidcgroupmapping_changelist action=remove_selected": Audited(
+        "admin", _mapping_remove, "auth.oidc.mapping.removed"
+    ),
+    "admin:accounts_oidcmappingrequest_changelist action=approve_selected": Audited(
+        "admin", _mapping_decision("approve_selected"), "auth.oidc.mapping.approved"
+    ),
+    "admin:accounts_oidcmappingrequest_changelist action=reject_selected": Audited(
+        "admin", _mapping_decision("reject_selected"), "auth.oidc.mapping.rejected"
+    ),
     "admin:accounts_passwordresetrequest_changelist action=approve_selected": Audited(
         "admin", _reset_decision("approve_selected"), "auth.password_reset.approved"
     ),
@@ -833,6 +898,10 @@ def _an_object(model: type[Model]) -> Model:
         return _pending_reset()
     if model._meta.label == "accounts.RoleGrantRequest":
         return _pending_grant()
+    if model is OidcGroupMapping:
+        return _a_mapping()
+    if model is OidcMappingRequest:
+        return _a_mapping_proposal()
     if model is TrustScore:
         agent = Agent.objects.order_by("slug").first()
         assert agent is not None
