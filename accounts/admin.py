@@ -482,15 +482,10 @@ class RoleGroupAdmin(auth_admin.GroupAdmin):
         return False
 
 
-@admin.register(PasswordResetRequest)
-class PasswordResetRequestAdmin(admin.ModelAdmin):
-    """Pending password resets, for a second admin to approve or reject."""
-
-    list_display = ("target", "requested_by", "status", "created_at", "decided_by", "decided_at")
-    list_filter = ("status",)
-    fields = ("target", "requested_by", "status", "created_at", "decided_by", "decided_at")
-    readonly_fields = fields
-    actions = ("approve_selected", "reject_selected")
+class TwoPersonRequestAdmin(admin.ModelAdmin):
+    """A list of two-person requests: admins who manage users read them and decide them through
+    the list's actions; nobody adds, edits or deletes one here (each is made and closed by its
+    kind's own audited functions)."""
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return _manages(request)
@@ -506,6 +501,17 @@ class PasswordResetRequestAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(PasswordResetRequest)
+class PasswordResetRequestAdmin(TwoPersonRequestAdmin):
+    """Pending password resets, for a second admin to approve or reject."""
+
+    list_display = ("target", "requested_by", "status", "created_at", "decided_by", "decided_at")
+    list_filter = ("status",)
+    fields = ("target", "requested_by", "status", "created_at", "decided_by", "decided_at")
+    readonly_fields = fields
+    actions = ("approve_selected", "reject_selected")
 
     def _decide(
         self, request: HttpRequest, queryset: QuerySet[PasswordResetRequest], approve: bool
@@ -544,7 +550,7 @@ class RoleGrantActionForm(ActionForm):
 
 
 @admin.register(RoleGrantRequest)
-class RoleGrantRequestAdmin(admin.ModelAdmin):
+class RoleGrantRequestAdmin(TwoPersonRequestAdmin):
     """Pending grants of sensitive roles, for a second admin to approve or reject."""
 
     list_display = (
@@ -564,21 +570,6 @@ class RoleGrantRequestAdmin(admin.ModelAdmin):
     readonly_fields = fields
     actions = ("approve_selected", "reject_selected")
     action_form = RoleGrantActionForm
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return _manages(request)
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return _manages(request)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[RoleGrantRequest]:
         return super().get_queryset(request).select_related("target", "requested_by")
@@ -702,7 +693,7 @@ class GroupMappingAdmin(admin.ModelAdmin):
 
 
 @admin.register(OidcMappingRequest)
-class GroupMappingRequestAdmin(admin.ModelAdmin):
+class GroupMappingRequestAdmin(TwoPersonRequestAdmin):
     """Proposed mappings of groups to sensitive roles, for a second admin to approve or reject."""
 
     list_display = (
@@ -720,21 +711,6 @@ class GroupMappingRequestAdmin(admin.ModelAdmin):
     readonly_fields = fields
     actions = ("approve_selected", "reject_selected")
     action_form = RoleGrantActionForm
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return _manages(request)
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return _manages(request)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # proposed by adding a mapping
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def _decide(
         self, request: HttpRequest, queryset: QuerySet[OidcMappingRequest], approve: bool
