@@ -161,7 +161,9 @@ def append_events(events: Sequence[NewEvent], *, chain: str = SYSTEM_CHAIN) -> l
         count_on_commit([(one.action, one.data)])
         return [one]
     # No savepoint: an append that fails marks the caller's transaction for rollback instead.
-    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+    # Prepared on PostgreSQL: the head's statement once, the insert once per batch size.
+    cursor_of = _prepared_cursor if connection.vendor == "postgresql" else connection.cursor
+    with transaction.atomic(savepoint=False), cursor_of() as cursor:
         last_seq, prev_hash = _advance_head(cursor, chain, len(pending))
         now = timezone.now()
         rows: list[AuditEvent] = []
@@ -256,7 +258,11 @@ _APPEND_ONE = (
 
 
 class _PreparingCursor(psycopg.Cursor[Any]):
-    """A cursor that binds on the server and prepares what it runs (once per connection)."""
+    """A cursor that binds on the server and prepares what it runs, once per connection.
+
+    Only where the connection allows it: Django turns preparing off, and the settings turn it
+    back on (`CASEHUB_DB_PREPARED_STATEMENTS`); otherwise it binds on the server unprepared.
+    """
 
     def execute(self, query: Any, params: Any = None, **options: Any) -> Any:
         options.setdefault("prepare", True)
@@ -298,18 +304,15 @@ def _append_one(
         "action": action,
         "data": text,
     }
-    # No savepoint: an append that fails marks the caller's transaction for rollback instead.
-    with transaction.atomic(savepoint=False), _prepared_cursor() as cursor:
-        cursor.execute(_APPEND_ONE, params)
-        row = cursor.fetchone()
-        if row is None:  # a new chain: no head yet
-            cursor.execute(
-                f"INSERT INTO {_HEAD_TABLE} (chain, seq, head_hash) VALUES (%s, 0, %s) "  # noqa: S608
-                "ON CONFLICT (chain) DO NOTHING",
-                [chain, GENESIS_HASH],
-            )
-            cursor.execute(_APPEND_ONE, params)
-            row = cursor.fetchone()
+    if connection.get_autocommit() and not connection.in_atomic_block:
+        # Outside any transaction the statement is a transaction of its own: one round trip,
+        # no BEGIN and COMMIT around it (a new chain's head, seq 0, is harmless on its own).
+        with _prepared_cursor() as cursor:
+            row = _execute_append(cursor, chain, params)
+    else:
+        # No savepoint: an append that fails marks the caller's transaction for rollback.
+        with transaction.atomic(savepoint=False), _prepared_cursor() as cursor:
+            row = _execute_append(cursor, chain, params)
     pk, seq, prev_hash, digest = row
     event = AuditEvent(
         pk=pk,
@@ -327,6 +330,21 @@ def _append_one(
     event._state.adding = False
     event._state.db = connection.alias
     return event
+
+
+def _execute_append(cursor: Any, chain: str, params: Mapping[str, Any]) -> Any:
+    """Run `_APPEND_ONE` and return its row; a chain's first event creates its head first."""
+    cursor.execute(_APPEND_ONE, params)
+    row = cursor.fetchone()
+    if row is None:  # a new chain: no head yet
+        cursor.execute(
+            f"INSERT INTO {_HEAD_TABLE} (chain, seq, head_hash) VALUES (%s, 0, %s) "  # noqa: S608
+            "ON CONFLICT (chain) DO NOTHING",
+            [chain, GENESIS_HASH],
+        )
+        cursor.execute(_APPEND_ONE, params)
+        row = cursor.fetchone()
+    return row
 
 
 def _advance_head(cursor: Any, chain: str, count: int) -> tuple[int, str]:

@@ -130,6 +130,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     # A file, not memory, so that worker subprocesses in the integration tests share it.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-casehub.sqlite3")}
+elif env_bool("CASEHUB_DB_PREPARED_STATEMENTS", True):
+    # Django turns psycopg's prepared statements off (prepare_threshold None) and binds its own
+    # queries on the client, which never prepare. A threshold lets the few statements that ask
+    # for it be prepared once per connection (the audit append: audit.chain._PreparingCursor);
+    # it is high enough that nothing else is prepared by repetition. Off for a connection
+    # pooler in transaction mode that cannot keep prepared statements.
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 1_000_000
 
 # PostgreSQL with two roles (scripts/setup-postgres-roles.sql): migrations run as the tables' owner
 # and leave the application's role, named here, with INSERT and SELECT only on the audit events.

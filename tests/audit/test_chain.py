@@ -242,6 +242,12 @@ def test_the_text_around_prev_hash_and_seq_is_the_event_text(data: dict[str, obj
     )
 
 
+def _statements(queries: object) -> list[str]:
+    """Return the opening of each captured statement (a prepared one is logged as QUERY = '…')."""
+    sqls = [q["sql"].removeprefix("QUERY = '") for q in queries.captured_queries]  # type: ignore[attr-defined]
+    return [" ".join(sql.split()[:3]) for sql in sqls]
+
+
 @pytest.mark.django_db
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the one-statement append")
 def test_one_event_on_postgresql_is_one_statement_hashed_as_the_verifier_hashes() -> None:
@@ -254,8 +260,48 @@ def test_one_event_on_postgresql_is_one_statement_hashed_as_the_verifier_hashes(
         event = append_event(
             "oversight.gate.approved", actor=user, chain=chain, data={"why": "geprüft ✓"}
         )
-    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["WITH"]
+    assert _statements(queries) == ["WITH old AS"]
     stored = AuditEvent.objects.get(pk=event.pk)
     assert (stored.seq, stored.hash, stored.actor_user_id) == (2, event.hash, user.pk)
     assert AuditChainHead.objects.get(chain=chain).head_hash == event.hash
+    assert verify_chain(chain) == []
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared statements")
+def test_the_one_statement_append_is_prepared_once_per_connection() -> None:
+    """Django turns psycopg's prepared statements off; the settings turn them on for the append."""
+    chain = case_chain(31)
+    append_event("case.created", chain=chain)
+
+    def prepared() -> list[str]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement FROM pg_prepared_statements")
+            return [row[0] for row in cursor.fetchall() if "sha256" in row[0]]
+
+    before = prepared()
+    append_event("case.updated", chain=chain)
+    append_event("case.updated", chain=chain)
+    assert len(before) == 1 and prepared() == before  # prepared by the first, reused after
+    assert verify_chain(chain) == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the one-statement append")
+def test_an_append_outside_a_transaction_is_one_statement_and_its_own_transaction() -> None:
+    from django.db import DataError
+    from django.test.utils import CaptureQueriesContext
+
+    chain = case_chain(32)
+    append_event("case.created", chain=chain)
+    assert connection.get_autocommit() and not connection.in_atomic_block
+    with CaptureQueriesContext(connection) as queries:
+        event = append_event("case.updated", chain=chain, data={"n": 1})
+    # no BEGIN or COMMIT around it: the statement commits by itself
+    assert _statements(queries) == ["WITH old AS"]
+    assert AuditEvent.objects.get(pk=event.pk).hash == event.hash
+    with pytest.raises(DataError):  # refused whole: the head did not move on
+        append_event("case.step", actor="x" * 151, chain=chain)
+    assert AuditChainHead.objects.get(chain=chain).seq == 2
+    assert append_event("case.step", chain=chain).seq == 3
     assert verify_chain(chain) == []
