@@ -87,7 +87,8 @@ def _strategy(
     client = LlmClient(settings, on_call=calls)
     agents = catalogue_for(pack).agents.values()
     depth = spec.depth or HYBRID_DEPTH
-    # as planning/planner.py builds it: the pack's code methods give the prompt its example
+    # as planning/planner.py builds it: the pack's code methods give the prompt its example,
+    # its capabilities the actions a step may name
     llm = LlmDecomposition(
         client,
         tuple(agents),
@@ -95,6 +96,7 @@ def _strategy(
         budgets=BUDGETS,
         examples=pack.methods if pack else None,
         example_task=pack.root_task if pack else "",
+        actions=pack.capabilities_for if pack else None,
     )
     if spec.kind == "llm":
         return llm, client

@@ -176,6 +176,8 @@ def _llm(
         # the pack's code methods, not promoted ones: the example is the domain's own shape
         examples=pack.methods if pack else None,
         example_task=pack.root_task if pack else "",
+        # the pack's leaves for the case: a step may name one and carry its tool
+        actions=pack.capabilities_for if pack else None,
     )
 
 

@@ -29,6 +29,11 @@ def is_ref(value: Any) -> bool:
     return isinstance(value, Mapping) and REF_KEY in value and set(value) <= {REF_KEY, "field"}
 
 
+def referenced_keys(inputs: Mapping[str, Any]) -> tuple[str, ...]:
+    """Return the leaf keys whose outputs `inputs` reference, each once, in input order."""
+    return tuple(dict.fromkeys(str(value[REF_KEY]) for value in inputs.values() if is_ref(value)))
+
+
 def resolve_inputs(inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> dict[str, Any]:
     """Return `inputs` with references replaced by values from `outputs` (leaf key → output).
 

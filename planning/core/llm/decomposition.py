@@ -22,6 +22,10 @@ with a clear error. What is still wrong after the repairs is dropped with a warn
 reviewer sees at the plan gate; a compound left without a usable entry fails planning. A depth-1
 plan of one step for a goal of several parts (`planning.core.llm.coverage`) gets a warning.
 
+With a domain pack (`actions`: the pack's leaves for the case, `DomainPack.capabilities_for`),
+each request also lists the pack's actions, and an agent step may name one in ``action``: it
+becomes that action's leaf, as the pack wrote it (`LlmDecomposition._to_expansion`).
+
 The scheduling machinery (`ExpansionJob`, `Expansion`, `PlanningRun`) is shared with the hybrid
 strategy in `planning.core.hybrid`.
 """
@@ -39,6 +43,7 @@ from typing import Any
 
 from planning.core.dag import DagPlan
 from planning.core.errors import BudgetExceeded, LlmPlanningError
+from planning.core.goal import Capability
 from planning.core.llm.cache import DecompositionCache
 from planning.core.llm.client import LlmClient
 from planning.core.llm.coverage import several_parts
@@ -63,7 +68,8 @@ from planning.core.llm.schemas import (
     require_clean,
 )
 from planning.core.llm.structured_output import extract_json
-from planning.core.static import MethodLibrary
+from planning.core.refs import referenced_keys
+from planning.core.static import MethodLibrary, unique_keys
 from planning.core.tree import Compound, Goal, Leaf, Node, Provenance, StrategyName
 
 __all__ = [
@@ -77,8 +83,11 @@ __all__ = [
     "expected_calls",
 ]
 
-# The agent kinds that can act on a bare task, which is all an LLM-planned step is.
+# The agent kinds that can act on a bare task, which is all an LLM-planned step is unless it
+# names one of the pack's actions (which brings its own agent, of any kind, and its tool).
 PLANNABLE_KINDS = frozenset({"llm", "human"})
+
+type ActionSource = Callable[[Mapping[str, Any]], Sequence[Capability]]
 
 NESTED_SCHEMA_NAME = "nested_plan"
 AGENT_SCHEMA_NAME = "agent_plan"
@@ -116,7 +125,9 @@ class ExpansionJob:
     `depth` is the compound's depth in the tree (root 0); `level` counts the LLM levels above it
     in its LLM-planned subtree (0 where the LLM takes over); `namespaced` marks compounds the
     model created, whose statically planned children get keys prefixed with the parent's key;
-    `preset` holds children a static method already supplied (decomposed by `preset_source`).
+    `preset` holds children a static method already supplied (decomposed by `preset_source`);
+    `actions_before` names the pack actions the model placed upstream of the compound, which
+    its own steps may use without planning them again.
     """
 
     key: str
@@ -128,6 +139,7 @@ class ExpansionJob:
     namespaced: bool = False
     preset: tuple[Node, ...] = ()
     preset_source: str = ""
+    actions_before: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -336,7 +348,9 @@ class LlmDecomposition:
     """Plan a goal by asking the model, recursively, down to `max_depth` levels.
 
     The model is offered only the agents that can act on a bare task: the enabled ones of kind
-    `llm` or `human` (a `tool` agent needs a tool, which LLM-planned steps do not carry).
+    `llm` or `human` (a `tool` agent needs a tool, which a bare LLM-planned step does not carry).
+    With `actions` (a domain pack's leaves for the case's state) it is also offered those whose
+    agent is enabled, of any kind: a step naming one carries the action's tool.
     `instructions` (a planner agent's system prompt) replace the built-in opening of the system
     prompt. The number of calls in flight at once is the client's `max_concurrency`.
     """
@@ -355,17 +369,22 @@ class LlmDecomposition:
         instructions: str = "",
         examples: MethodLibrary | None = None,
         example_task: str = "",
+        actions: ActionSource | None = None,
     ) -> None:
         """Configure the planner; raise ValueError for a depth below 1 or too many repairs.
 
         `examples` (a pack's methods) supply the example decomposition of each request: of the
         goal's own task when a method covers it, else of `example_task` (the pack's root task).
+        `actions` returns the pack's leaves for a state (`DomainPack.capabilities_for`).
         """
         if max_depth < 1:
             raise ValueError("max_depth must be >= 1")
         if not 0 <= max_repairs <= 5:
             raise ValueError("max_repairs must be between 0 and 5")
         self.client = client
+        self._enabled_slugs = frozenset(
+            agent.slug for agent in agents if getattr(agent, "enabled", True)
+        )
         self.agents: tuple[AgentInfo, ...] = tuple(
             agent
             for agent in agents
@@ -379,7 +398,8 @@ class LlmDecomposition:
         self.instructions = instructions
         self.examples = examples
         self.example_task = example_task
-        self._schemas: dict[bool, Mapping[str, Any]] = {}
+        self.action_source = actions
+        self._schemas: dict[tuple[bool, frozenset[str]], Mapping[str, Any]] = {}
 
     def new_run(self) -> PlanningRun:
         """Return fresh counters for one planning run."""
@@ -397,32 +417,67 @@ class LlmDecomposition:
         tree, warnings = run.execute(
             root, lambda job: self.expand(run, job, frozen_state, strategy=self.strategy_name)
         )
-        return DagPlan.build(tree, warnings=warnings, llm_calls=run.calls)
+        # action leaves take the pack's keys, which may repeat across subtrees: placed at the end
+        return DagPlan.build(unique_keys(tree), warnings=warnings, llm_calls=run.calls)
 
     # -- one compound ----------------------------------------------------------------------------
 
     def _is_last_level(self, job: ExpansionJob) -> bool:
         return job.level >= self.max_depth - 1
 
-    def rules_for(self, job: ExpansionJob) -> AnswerRules:
-        """Return what the request for `job` offers: its agents, entry kinds and fan-out."""
+    def actions_for(self, state: Mapping[str, Any]) -> Mapping[str, Capability]:
+        """Return the pack's actions for `state` that can run, by id (none without a pack).
+
+        An action runs when its agent is enabled and every action whose output its inputs use
+        is offered too: without affected hosts nothing is isolated, so the announcement that
+        reports the isolation is not offered either.
+        """
+        if self.action_source is None:
+            return MappingProxyType({})
+        offered = {
+            action.name: action
+            for action in self.action_source(state)
+            if action.agent in self._enabled_slugs
+        }
+        changed = True
+        while changed:
+            runnable = {
+                name: action
+                for name, action in offered.items()
+                if all(key in offered for key in referenced_keys(action.tool_inputs))
+            }
+            changed = len(runnable) < len(offered)
+            offered = runnable
+        return MappingProxyType(offered)
+
+    def rules_for(
+        self, job: ExpansionJob, actions: Mapping[str, Capability] | None = None
+    ) -> AnswerRules:
+        """Return what the request for `job` offers: its agents, actions, entry kinds, fan-out."""
         return AnswerRules(
             agents=self._agent_slugs,
             max_steps=self.budgets.max_fanout,
             is_last_level=self._is_last_level(job),
             max_depth=self.max_depth,
+            actions=frozenset(actions or ()),
         )
 
     def schema_for(self, rules: AnswerRules) -> Mapping[str, Any]:
         """Return the answer schema of a request with these rules (the same for a level)."""
-        schema = self._schemas.get(rules.is_last_level)
+        # every request offers the same agents and fan-out; the level and the actions differ
+        memo = (rules.is_last_level, rules.actions)
+        schema = self._schemas.get(memo)
         if schema is None:
-            # every request of a run offers the same agents and fan-out; only the level differs
             schema = MappingProxyType(answer_schema(rules))
-            self._schemas[rules.is_last_level] = schema
+            self._schemas[memo] = schema
         return schema
 
-    def messages_for(self, job: ExpansionJob, state: Mapping[str, Any]) -> list[ChatMessage]:
+    def messages_for(
+        self,
+        job: ExpansionJob,
+        state: Mapping[str, Any],
+        actions: Mapping[str, Capability] | None = None,
+    ) -> list[ChatMessage]:
         """Return the system and user messages that ask to decompose `job`."""
         return [
             {
@@ -431,12 +486,18 @@ class LlmDecomposition:
                     is_last_level=self._is_last_level(job),
                     max_steps=self.budgets.max_fanout,
                     instructions=self.instructions,
+                    has_actions=bool(actions),
                 ),
             },
             {
                 "role": "user",
                 "content": user_prompt(
-                    job.goal, self.agents, state, hint=job.hint, example=self._example(job, state)
+                    job.goal,
+                    self.agents,
+                    state,
+                    hint=job.hint,
+                    example=self._example(job, state),
+                    actions=tuple((actions or {}).values()),
                 ),
             },
         ]
@@ -464,11 +525,12 @@ class LlmDecomposition:
         run.check_cancelled()
         if not self.agents:
             raise NoAgentAvailable(job.goal.name)
-        rules = self.rules_for(job)
-        answer, source, warnings = self._answer(run, job, state, rules)
+        actions = self.actions_for(state)
+        rules = self.rules_for(job, actions)
+        answer, source, warnings = self._answer(run, job, state, rules, actions)
         if job.depth == 0 and rules.is_last_level and len(answer.usable) == 1:
             warnings += self._one_step_warning(job, state)
-        return self._to_expansion(run, job, answer, source, warnings, strategy)
+        return self._to_expansion(run, job, answer, source, warnings, strategy, actions)
 
     def _one_step_warning(self, job: ExpansionJob, state: Mapping[str, Any]) -> tuple[str, ...]:
         """Return a warning when a depth-1 plan of one step answers a goal of several parts."""
@@ -487,11 +549,18 @@ class LlmDecomposition:
         )
 
     def _answer(
-        self, run: PlanningRun, job: ExpansionJob, state: Mapping[str, Any], rules: AnswerRules
+        self,
+        run: PlanningRun,
+        job: ExpansionJob,
+        state: Mapping[str, Any],
+        rules: AnswerRules,
+        actions: Mapping[str, Capability],
     ) -> tuple[Answer, str, tuple[str, ...]]:
         schema_name = AGENT_SCHEMA_NAME if rules.is_last_level else NESTED_SCHEMA_NAME
         schema = self.schema_for(rules)
-        request = self.messages_for(job, state)
+        # the offered actions are in the prompt and the schema, so in the request hash: a cached
+        # answer is only reused for the same actions
+        request = self.messages_for(job, state, actions)
         cache_key = self.client.request_hash(request, schema_name, schema)
         if self.cache is not None:
             cached = self.cache.get(cache_key)
@@ -618,21 +687,124 @@ class LlmDecomposition:
         source: str,
         warnings: tuple[str, ...],
         strategy: StrategyName,
+        actions: Mapping[str, Capability] | None = None,
     ) -> Expansion:
+        """Turn the usable entries of an answer into leaves and jobs.
+
+        A step that names one of the pack's `actions` becomes the action's leaf: its key (so
+        that the `$ref`s between the pack's leaves resolve), agent, tool, inputs, expected
+        output, failure policy and risk; its task is the pack's, its rationale the model's (the
+        pack's when the model gave none). It waits for the steps the model named and for the
+        actions whose outputs its inputs reference. An action it references that is neither
+        earlier in this answer nor upstream of the compound (`ExpansionJob.actions_before`) is
+        pulled in just before it, with a warning, rather than sent back for repair: the pack's
+        own leaf is the one the reference means, and adding it costs no call and always yields
+        a runnable plan. An action named a second time in the same answer is planned once:
+        the repeat is dropped with a warning and whatever waited for it waits for the first.
+        A step naming an action the compound already waits for is dropped with a warning too,
+        unless every step of the answer is such a repeat: an empty compound is no plan, so
+        that answer is materialised as if nothing were upstream. The
+        same action planned in two subtrees that do not wait for each other keeps its key in
+        the first; `unique_keys` renames the second and rewrites the references to it.
+        """
+        actions = actions or {}
         kept = answer.usable
-        run.check_fanout(len(kept))
         resolved = dependencies(answer.entries)
         ids = {entry.position: entry.step_id or "" for entry in kept}
         labels = {entry.position: entry.label for entry in kept}
         provenance = Provenance(strategy=strategy, source=source, depth=job.depth + 1)
+        goal = job.goal.name
+        # entry position -> key of the child that stands for it (None: an action upstream)
+        keys: dict[int, str | None] = {}
+        placed: dict[str, str] = {}  # action id -> key of its leaf in this answer
+        # child key -> the pack actions at or upstream of it within this answer
+        upstream: dict[str, frozenset[str]] = {}
+        notes: list[str] = []
         children: list[Leaf | ExpansionJob] = []
+        previous: str | None = None  # the key standing for the previous usable entry
+
+        def before(depends_on: tuple[str, ...] | None) -> frozenset[str]:
+            # the actions upstream of a child about to be added with these dependencies
+            deps = depends_on
+            if deps is None:
+                deps = (children[-1].key,) if children else ()
+            return frozenset().union(*(upstream.get(dep, frozenset()) for dep in deps))
+
+        def add(child: Leaf | ExpansionJob, action: str | None = None) -> None:
+            upstream[child.key] = before(child.depends_on) | ({action} if action else set())
+            children.append(child)
+
+        # a part whose every step is an action the compound already waits for would be left
+        # empty, and an empty compound is no plan: it is planned as if nothing were upstream
+        is_repeat_only = all(
+            isinstance(entry.step, AgentStep) and entry.step.action in job.actions_before
+            for entry in kept
+        )
+        available = frozenset() if is_repeat_only else job.actions_before
+
+        def pull_in_for(consumer: str, chain: frozenset[str]) -> None:
+            # place, before `consumer`, the actions its inputs use that nothing provides yet
+            for needed in referenced_keys(actions[consumer].tool_inputs):
+                if (
+                    needed in actions
+                    and needed not in placed
+                    and needed not in available
+                    and needed not in chain
+                ):
+                    pull_in_for(needed, chain | {needed})
+                    action = actions[needed]
+                    deps = self._action_deps(action, placed, ())
+                    add(self._action_leaf(action, action.rationale, deps, provenance), needed)
+                    placed[needed] = needed
+                    notes.append(
+                        f"action {consumer!r} of goal {goal!r} uses the output of action "
+                        f"{needed!r}, which the plan had not placed before it: added {needed!r} "
+                        f"({action.task!r}) before it"
+                    )
+
         for entry in kept:
             step = entry.step
-            key = child_key(job, ids[entry.position])
             deps = resolved[entry.position]
-            depends_on = None if deps is None else tuple(child_key(job, ids[d]) for d in deps)
+            depends_on = (
+                None if deps is None else tuple(k for d in deps if (k := keys[d]) is not None)
+            )
+            if depends_on is None and previous is not None and children[-1].key != previous:
+                # "after the previous step": the step before it is no longer the child before it
+                depends_on = (previous,)
+            if isinstance(step, AgentStep) and step.action is not None and step.action in actions:
+                action_id = step.action
+                if action_id in placed:
+                    notes.append(
+                        f"step {entry.describe()} of goal {goal!r} names action {action_id!r} "
+                        f"again: the plan runs it once (what waited for the step waits for "
+                        f"{placed[action_id]!r})"
+                    )
+                    keys[entry.position] = previous = placed[action_id]
+                    continue
+                if action_id in available:
+                    # the whole compound already waits for it: the step adds nothing
+                    notes.append(
+                        f"step {entry.describe()} of goal {goal!r} names action {action_id!r}, "
+                        "which the plan runs before this part: the plan runs it once"
+                    )
+                    keys[entry.position] = None
+                    continue
+                action = actions[action_id]
+                pull_in_for(action_id, frozenset({action_id}))
+                if depends_on is None:
+                    # explicit: leaves pulled in just before it are not "the previous step"
+                    depends_on = () if previous is None else (previous,)
+                own = self._action_deps(action, placed, depends_on)
+                add(self._action_leaf(action, step.rationale, own, provenance), action_id)
+                placed[action_id] = keys[entry.position] = previous = action_id
+                continue
+            key = child_key(job, ids[entry.position])
+            if key in actions:
+                # a plain step must not take the key an action's references mean
+                key = f"{job.key}.{ids[entry.position]}"
+            keys[entry.position] = previous = key
             if isinstance(step, AgentStep):
-                children.append(
+                add(
                     Leaf(
                         key=key,
                         agent=step.agent,
@@ -643,7 +815,7 @@ class LlmDecomposition:
                     )
                 )
             elif isinstance(step, SubtaskStep):
-                children.append(
+                add(
                     ExpansionJob(
                         key=key,
                         goal=Goal(
@@ -660,11 +832,47 @@ class LlmDecomposition:
                         level=job.level + 1,
                         depends_on=depends_on,
                         namespaced=True,
+                        actions_before=job.actions_before | before(depends_on),
                     )
                 )
+        run.check_fanout(len(children))
         run.add_leaves(sum(1 for child in children if isinstance(child, Leaf)))
         return Expansion(
-            strategy=strategy, source=source, children=tuple(children), warnings=warnings
+            strategy=strategy,
+            source=source,
+            children=tuple(children),
+            warnings=warnings + tuple(notes),
+        )
+
+    @staticmethod
+    def _action_deps(
+        action: Capability, placed: Mapping[str, str], depends_on: tuple[str, ...] | None
+    ) -> tuple[str, ...] | None:
+        """Return `depends_on` with the leaves of this answer whose outputs `action` uses."""
+        producers = [placed[key] for key in referenced_keys(action.tool_inputs) if key in placed]
+        if not producers:
+            return depends_on
+        return tuple(dict.fromkeys((*(depends_on or ()), *producers)))
+
+    @staticmethod
+    def _action_leaf(
+        action: Capability,
+        rationale: str,
+        depends_on: tuple[str, ...] | None,
+        provenance: Provenance,
+    ) -> Leaf:
+        return Leaf(
+            key=action.name,
+            agent=action.agent,
+            task=action.task,
+            rationale=rationale or action.rationale,
+            tool=action.tool,
+            inputs=action.tool_inputs,
+            depends_on=depends_on,
+            expected_output=action.expected_output,
+            failure_policy=action.failure_policy,
+            risk=action.risk,
+            provenance=provenance,
         )
 
 

@@ -5,8 +5,10 @@ decomposed again; at the last level the prompt describes agent assignments only 
 mentions the nested format. A planner agent's own instructions take the place of the built-in
 opening; the answer format and the rules always follow. The user prompt carries the parent goal,
 the sibling tasks, the goal and its description, the agents (id, name, description,
-capabilities), an example decomposition from the domain pack's own methods when there is one
-(one JSON object per step: ids, texts, depends_on; no agents), and the rendered state.
+capabilities), the domain pack's actions for the case when there are any (id, task, agent,
+tool, and the actions whose output it uses), an example decomposition from the domain pack's own
+methods when there is one (one JSON object per step: ids, texts, depends_on; no agents), and the
+rendered state. With actions, the system prompt's agent assignment carries ``"action"``.
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from planning.core.goal import Capability
 from planning.core.llm.examples import DecompositionExample
+from planning.core.refs import referenced_keys
 from planning.core.tree import Goal
 
 __all__ = [
     "AgentInfo",
     "answer_excerpt",
+    "render_action",
     "render_example",
     "render_state",
     "repair_prompt",
@@ -67,6 +72,15 @@ _AGENT_FORMAT = """\
 {"id": "review-data", "agent": "<agent id>", "task": "<one concrete action>", \
 "rationale": "<why this agent>", "depends_on": null}"""
 
+_ACTION_FORMAT = """\
+{"id": "review-data", "action": null, "agent": "<agent id>", "task": "<one concrete action>", \
+"rationale": "<why this agent>", "depends_on": null}"""
+
+_ACTION_RULE = """\
+- "action": when a step is one of the available actions, its id (the step then runs that \
+action's own agent and tool, whatever "agent" says); otherwise null. Put an action after the \
+actions whose output it uses."""
+
 _NESTED_FORMAT = """\
 {"id": "prepare-report", "subtask": "<short name>", "description": "<what it must achieve>", \
 "depends_on": null}"""
@@ -81,22 +95,29 @@ should not depend on each other, so they can run in parallel.
 - Do not decide which steps need human approval; the server decides that."""
 
 
-def system_prompt(*, is_last_level: bool, max_steps: int, instructions: str = "") -> str:
+def system_prompt(
+    *, is_last_level: bool, max_steps: int, instructions: str = "", has_actions: bool = False
+) -> str:
     """Return the system prompt; the last-level variant offers agent assignments only.
 
     `instructions` (a planner agent's system prompt) replaces the built-in opening; the answer
-    format and the rules follow it unchanged.
+    format and the rules follow it unchanged. `has_actions`: the request lists the domain pack's
+    actions, so an agent assignment carries ``"action"`` and the rules say how to use it.
     """
     preamble = f"{instructions.strip()}\n\n{_TASK}" if instructions.strip() else f"{_ROLE} {_TASK}"
     rules = _RULES.replace("{max_steps}", str(max_steps))
+    agent_format = _AGENT_FORMAT
+    if has_actions:
+        agent_format = _ACTION_FORMAT
+        rules = f"{rules}\n{_ACTION_RULE}"
     if is_last_level:
         return (
             f"{preamble}\n\nEvery step is an agent assignment, for work one agent does as a "
-            f"single action:\n{_AGENT_FORMAT}\n\nRules:\n{rules}"
+            f"single action:\n{agent_format}\n\nRules:\n{rules}"
         )
     return (
         f"{preamble}\n\nEach step is one of two kinds.\n"
-        f"1. An agent assignment, for work one agent does as a single action:\n{_AGENT_FORMAT}\n"
+        f"1. An agent assignment, for work one agent does as a single action:\n{agent_format}\n"
         "2. A subtask, for a part that is itself a plan of several actions; it is decomposed "
         f"again separately, with this plan as its context:\n{_NESTED_FORMAT}\n\n"
         f"Rules:\n{rules}\n"
@@ -130,6 +151,17 @@ def _render_agent(agent: AgentInfo) -> str:
     return line + (f" (capabilities: {capabilities})" if capabilities else "")
 
 
+def render_action(action: Capability) -> str:
+    """Render one of the pack's actions on one line: id, task, agent, tool, what it uses."""
+    line = f"- {action.name}: {action.task} (agent {action.agent}"
+    if action.tool:
+        line += f", tool {action.tool}"
+    uses = referenced_keys(action.tool_inputs)
+    if uses:
+        line += f"; uses the output of {', '.join(uses)}"
+    return line + ")"
+
+
 def render_example(example: DecompositionExample, *, is_last_level: bool) -> str:
     """Render an example decomposition: a heading, then one JSON object per step.
 
@@ -161,8 +193,12 @@ def user_prompt(
     *,
     hint: str = "",
     example: str = "",
+    actions: Sequence[Capability] = (),
 ) -> str:
-    """Return the planning request for ``goal`` with its context (`example` already rendered)."""
+    """Return the planning request for ``goal`` with its context (`example` already rendered).
+
+    `actions` are the domain pack's leaves for the case that a step may name.
+    """
     parent = goal.parent or "(none: this is the top-level goal)"
     siblings = "; ".join(goal.siblings) if goal.siblings else "(none)"
     lines = [
@@ -175,6 +211,9 @@ def user_prompt(
         lines.append(f"Note: {hint}")
     lines.append("Available agents:")
     lines.extend(_render_agent(agent) for agent in agents)
+    if actions:
+        lines.append('Available actions (name one in a step\'s "action" to run it as it is):')
+        lines.extend(render_action(action) for action in actions)
     if example:
         lines.append(example)
     lines.append("Current state (JSON):")

@@ -4,10 +4,14 @@ An answer is ``{"steps": [...]}``; a step is an agent assignment
 ``{"id", "agent", "task", "rationale", "depends_on"}`` or, below the last level, a nested entry
 ``{"id", "subtask", "description", "depends_on"}`` that is decomposed again one level deeper.
 ``depends_on`` names earlier steps of the same answer: ``null`` means "after the previous step",
-``[]`` means independent. A bare JSON list of steps is accepted too.
+``[]`` means independent. A bare JSON list of steps is accepted too. When the request offers the
+domain pack's actions, an agent assignment also carries ``"action"``: the id of one of them, or
+``null``; a step that names an action becomes that action's leaf (its own agent, tool and inputs),
+so the ``agent`` it wrote is not checked.
 
 `answer_schema` builds the JSON schema sent with each request from what that request offers, so
-that grammar-based decoding can enforce it: an ``enum`` of the offered agents, between 1 and the
+that grammar-based decoding can enforce it: an ``enum`` of the offered agents (and of the offered
+actions, a property that is absent when none are offered), between 1 and the
 fan-out limit of steps, bounded strings, and at the last level no subtask entries at all. It
 keeps to the subset that OpenAI's strict mode, llama.cpp's JSON-schema-to-grammar converter (and
 so Ollama) and vLLM's guided decoding all accept; `portability_problems` checks a schema against
@@ -74,6 +78,9 @@ MAX_SUBTASK_CHARS = 120
 MAX_DESCRIPTION_CHARS = 500
 
 _ID_DESCRIPTION = "short unique id of this step: letters, digits, '-' or '_' (no dots or spaces)"
+_ACTION_DESCRIPTION = (
+    "the id of one of the available actions when this step is that action, else null"
+)
 _DEPENDS_DESCRIPTION = (
     "ids of EARLIER steps this step waits for; null = after the previous step; [] = independent"
 )
@@ -99,6 +106,7 @@ class AgentStep(BaseModel):
         max_length=MAX_RATIONALE_CHARS, description="why this agent and this step"
     )
     depends_on: list[str] | None = Field(default=None, description=_DEPENDS_DESCRIPTION)
+    action: str | None = Field(default=None, description=_ACTION_DESCRIPTION)
 
     _agent = field_validator("agent", "task")(_not_blank)
 
@@ -212,6 +220,23 @@ def answer_schema(rules: AnswerRules) -> dict[str, Any]:
             "depends_on": depends_on,
         }
     )
+    if rules.actions:
+        # nullable but required (strict mode wants every property required), and right after
+        # the id: a model that picks an action first writes the rest of the step to match it
+        properties = dict(agent_step["properties"])
+        agent_step = _closed(
+            {
+                "id": properties.pop("id"),
+                "action": {
+                    "anyOf": [
+                        {"type": "string", "enum": sorted(rules.actions)},
+                        {"type": "null"},
+                    ],
+                    "description": _ACTION_DESCRIPTION,
+                },
+                **properties,
+            }
+        )
     item: dict[str, Any] = agent_step
     if not rules.is_last_level:
         subtask_step = _closed(
@@ -365,12 +390,14 @@ _AGENT_STEP: TypeAdapter[AgentStep] = TypeAdapter(AgentStep)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AnswerRules:
-    """What one request offered: the agents, the entry kinds of its level, the fan-out."""
+    """What one request offered: the agents, the entry kinds of its level, the fan-out, and the
+    domain pack's actions (none without a pack)."""
 
     agents: frozenset[str]
     max_steps: int
     is_last_level: bool
     max_depth: int
+    actions: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -527,7 +554,17 @@ def read_answer(data: Any, rules: AnswerRules) -> Answer:
                     problems.extend((where, message) for message in messages)
         written = step.id if step is not None else _text(raw, "id")
         step_id = written
-        if isinstance(step, AgentStep) and step.agent not in rules.agents:
+        if isinstance(step, AgentStep) and step.action is not None:
+            # the action brings its own agent: the one written is not used
+            if step.action not in rules.actions:
+                offered = ", ".join(sorted(rules.actions)) or "none are offered: use null"
+                problems.append(
+                    (
+                        f"{path}.action",
+                        f"{step.action!r} is not one of the available actions ({offered})",
+                    )
+                )
+        elif isinstance(step, AgentStep) and step.agent not in rules.agents:
             problems.append(
                 (
                     f"{path}.agent",
