@@ -328,3 +328,52 @@ def test_an_llm_plan_with_no_usable_step_fails_and_stores_no_plan(
     assert case.status == CaseStatus.PLAN_FAILED
     assert "no usable step for goal 'investigate-fraud'" in case.error
     assert not PlanVersion.objects.filter(case=case).exists()
+
+
+def test_an_invoice_case_planned_by_the_llm_at_depth_two_stores_the_packs_leaves_with_their_tools(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    def respond(request: RecordedRequest) -> str:
+        if "Goal: checks" in request.user_prompt:
+            return answer(
+                {**leaf("c1", "ap-reviewer", "look for a duplicate"), "action": "check-duplicate"}
+            )
+        assert "- check-duplicate: Check payment history" in request.user_prompt
+        return answer(
+            {**leaf("s1", "ap-reviewer", "read the invoice"), "action": "extract-fields"},
+            {
+                "id": "s2",
+                "subtask": "checks",
+                "description": "check the invoice",
+                "depends_on": None,
+            },
+            leaf("s3", "ap-reviewer", "decide what to do with the findings"),
+        )
+
+    fake_openai.responder = respond
+    case = make_case(
+        personas.analyst(),
+        domain="invoice",
+        strategy=Strategy.LLM,
+        status=CaseStatus.PLANNING,
+        inputs={"invoice_id": "INV-1042"},
+        max_depth=2,
+    )
+    with override_settings(OPENAI_BASE_URL=fake_openai.base_url, OPENAI_API_KEY="test-key"):
+        materialise_plan(case.pk)
+    case.refresh_from_db()
+    assert case.status == CaseStatus.AWAITING_APPROVAL, case.error
+    version = PlanVersion.objects.get(case=case)
+    leaves = {
+        node.key: node for node in PlanNode.objects.filter(version=version, kind=PlanNode.Kind.LEAF)
+    }
+    assert set(leaves) == {"extract-fields", "check-duplicate", "s3"}
+    duplicate = leaves["check-duplicate"]
+    assert (duplicate.agent, duplicate.tool) == ("payments-auditor", "check_duplicate_payment")
+    assert duplicate.inputs == {"invoice": {"$ref": "extract-fields"}}
+    assert (leaves["extract-fields"].tool, leaves["extract-fields"].inputs) == (
+        "extract_invoice_fields",
+        {"invoice_id": "INV-1042"},
+    )
+    assert leaves["s3"].tool == ""
+    assert LlmCall.objects.filter(case=case).count() == 2

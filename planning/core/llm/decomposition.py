@@ -430,15 +430,17 @@ class LlmDecomposition:
 
         An action runs when its agent is enabled and every action whose output its inputs use
         is offered too: without affected hosts nothing is isolated, so the announcement that
-        reports the isolation is not offered either.
+        reports the isolation is not offered either. A state that lacks an input the pack's
+        leaves are built from (the source raises `KeyError`) offers none.
         """
         if self.action_source is None:
             return MappingProxyType({})
-        offered = {
-            action.name: action
-            for action in self.action_source(state)
-            if action.agent in self._enabled_slugs
-        }
+        try:
+            source = self.action_source(state)
+        except KeyError:
+            # a pack builds its leaves from the case's inputs; without them there are none
+            return MappingProxyType({})
+        offered = {action.name: action for action in source if action.agent in self._enabled_slugs}
         changed = True
         while changed:
             runnable = {
