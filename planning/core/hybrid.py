@@ -17,13 +17,8 @@ from typing import Any
 
 from planning.core.dag import DagPlan
 from planning.core.errors import NoMethodMatched
-from planning.core.llm.decomposition import (
-    Expansion,
-    ExpansionJob,
-    LlmBudgets,
-    LlmDecomposition,
-    PlanningRun,
-)
+from planning.core.llm.decomposition import LlmDecomposition
+from planning.core.llm.expansion import Expansion, ExpansionJob, LlmBudgets, PlanningRun
 from planning.core.llm.records import LlmNotConfigured
 from planning.core.static import StaticDecomposition, unique_keys
 from planning.core.tree import Goal, Leaf, Node, Provenance, StrategyName
