@@ -201,21 +201,25 @@ def _append_phase() -> dict[str, float]:
     load_before = os.getloadavg()[0]
     chain = case_chain(CASE_ID)
     step = max(EVENTS // 10, 1)
-    started = time.perf_counter()
-    lap = started
-    for i in range(EVENTS):
-        # each call is its own transaction (autocommit outside atomic)
-        append_event("planning.leaf.completed", actor="analyst", chain=chain, data=_leaf_data(i))
-        if (i + 1) % step == 0:
-            now = time.perf_counter()
-            print(
-                f"  appended {i + 1:>7,} events, {step / (now - lap):,.0f}/s in the last {step:,}",
-                file=sys.stderr,
-                flush=True,
+    floor_probe = _CommitFloor()
+    wall = 0.0
+    for first in range(0, EVENTS, step):
+        slice_started = time.perf_counter()
+        for i in range(first, min(first + step, EVENTS)):
+            # each call is its own transaction (autocommit outside atomic)
+            append_event(
+                "planning.leaf.completed", actor="analyst", chain=chain, data=_leaf_data(i)
             )
-            lap = now
-    wall = time.perf_counter() - started
-    floor, floor_in_transaction = _commit_floor()
+        lap = time.perf_counter() - slice_started
+        wall += lap
+        print(
+            f"  appended {min(first + step, EVENTS):>7,} events, "
+            f"{(min(first + step, EVENTS) - first) / lap:,.0f}/s in the last slice",
+            file=sys.stderr,
+            flush=True,
+        )
+        floor_probe.probe(max(step // 10, 50))  # the floor, between the slices
+    floor, floor_in_transaction = floor_probe.rates()
     batched = _batched_appends()
     load_after = os.getloadavg()[0]
     return {
@@ -316,33 +320,52 @@ def _verify_figures(chain: str) -> dict[str, float]:
     }
 
 
-def _commit_floor(rounds: int = 2000) -> tuple[float, float]:
-    """Return the one-row commit rates of this database: one statement, and a transaction.
+class _CommitFloor:
+    """The database's one-row commit rates, probed in slices between the appends' slices.
 
-    The first: an UPDATE of one row sent on its own (autocommit: one round trip, its own
-    transaction), the cheapest write there is and what a one-event append outside a transaction
-    is compared with. The second: the same UPDATE in `transaction.atomic()` (BEGIN, UPDATE,
-    COMMIT: three round trips), what a Django action that writes one row pays.
+    Two writes, each of one row of a table of its own: an UPDATE sent on its own (autocommit:
+    one round trip, its own transaction), the cheapest write there is and what a one-event
+    append outside a transaction is compared with; and the same UPDATE in
+    `transaction.atomic()` (BEGIN, UPDATE, COMMIT: three round trips), what a Django action
+    writing one row pays. Probed between the appends, so both see the same database (its WAL,
+    its checkpoints, the machine's load at that moment), not a database before or after them.
     """
-    from django.db import connection, transaction
 
-    statement = "UPDATE bench_commit_probe SET n = n + 1 WHERE id = 1"
-    with connection.cursor() as cursor:
-        cursor.execute("CREATE TABLE bench_commit_probe (id int PRIMARY KEY, n int NOT NULL)")
-        cursor.execute("INSERT INTO bench_commit_probe VALUES (1, 0)")
-    started = time.perf_counter()
-    for _ in range(rounds):
+    STATEMENT = "UPDATE bench_commit_probe SET n = n + 1 WHERE id = 1"
+
+    def __init__(self) -> None:
+        from django.db import connection
+
+        self.rounds = 0
+        self.one_statement_s = 0.0
+        self.in_transaction_s = 0.0
         with connection.cursor() as cursor:
-            cursor.execute(statement)
-    one_statement = rounds / (time.perf_counter() - started)
-    started = time.perf_counter()
-    for _ in range(rounds):
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(statement)
-    in_transaction = rounds / (time.perf_counter() - started)
-    with connection.cursor() as cursor:
-        cursor.execute("DROP TABLE bench_commit_probe")
-    return one_statement, in_transaction
+            cursor.execute("CREATE TABLE bench_commit_probe (id int PRIMARY KEY, n int NOT NULL)")
+            cursor.execute("INSERT INTO bench_commit_probe VALUES (1, 0)")
+
+    def probe(self, rounds: int) -> None:
+        """Time `rounds` commits of each kind."""
+        from django.db import connection, transaction
+
+        started = time.perf_counter()
+        for _ in range(rounds):
+            with connection.cursor() as cursor:
+                cursor.execute(self.STATEMENT)
+        middle = time.perf_counter()
+        for _ in range(rounds):
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(self.STATEMENT)
+        self.one_statement_s += middle - started
+        self.in_transaction_s += time.perf_counter() - middle
+        self.rounds += rounds
+
+    def rates(self) -> tuple[float, float]:
+        """Return the commits per second: one statement, and in a transaction."""
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE bench_commit_probe")
+        return self.rounds / self.one_statement_s, self.rounds / self.in_transaction_s
 
 
 def _export_phase(var_dir: Path) -> dict[str, float]:
