@@ -6,8 +6,15 @@ The bench owns a PostgreSQL database (``CASEHUB_BENCH_PAGES_DATABASE_URL``, defa
 dropped at the end. A child process migrates it, plans one real INV-1042 invoice case (its plan
 gate is the gate page measured) and adds ``CASEHUB_BENCH_GATES`` (10,000) pending gates on other
 cases in bulk, then counts the queries of both pages with Django's test client. gunicorn (two
-workers, as ``make run`` starts it) then serves the database and the officer's session requests
-each page ``ROUNDS`` times after a warm-up; the figures are the medians.
+gthread workers of four threads, as ``make run`` starts it) then serves the database and the
+officer's session requests each page ``ROUNDS`` times after a warm-up; the figures are the medians.
+
+Then the capacity: ``wrk`` (a C load generator, so the client costs the machine little) sends
+the officer's reads — the inbox, the gate page, its case page, the notifications — in turn over
+``CAPACITY_CONNECTIONS`` connections for ``CASEHUB_BENCH_CAPACITY_S`` seconds, with no pause
+between requests; the figure is the requests answered per second (target ≥ 30), with their p50
+and p95 at that saturation and the count of answers that were not 200. Without ``wrk`` on the
+PATH the capacity is not measured (and says so).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import http.cookiejar
 import json
 import os
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -42,7 +50,32 @@ PASSWORD = "bench-only-password-1"  # noqa: S105
 TARGETS = {
     "pages.inbox.p50_ms": ("<=", 150.0),
     "pages.gate.p50_ms": ("<=", 150.0),
+    # #22: the officers' pages take at least 30 requests a second on this machine, all answered.
+    "pages.capacity.requests_per_s": (">=", 30.0),
+    "pages.capacity.not_200": ("<=", 0.0),
 }
+CAPACITY_S = float(os.environ.get("CASEHUB_BENCH_CAPACITY_S", "10"))
+CAPACITY_CONNECTIONS = 8  # as many as gunicorn's threads (2 workers x 4): all busy, none idle
+
+# wrk's script: the paths in turn; at the end one line of figures (latencies in microseconds).
+# Every answer's status is checked in `response`: only a 200 counts as answered (wrk's own
+# error count lets a 3xx through, and a lost session is a redirect to the sign-in page).
+_WRK_SCRIPT = """
+local paths = {%s}
+local i = 0
+local not_ok = 0
+request = function()
+  i = i %% #paths + 1
+  return wrk.format("GET", paths[i])
+end
+response = function(status, headers, body)
+  if status ~= 200 then not_ok = not_ok + 1 end
+end
+done = function(summary, latency, requests)
+  io.write(string.format("CAPACITY %%d %%d %%d %%d %%d\\n", summary.requests, summary.duration,
+    latency:percentile(50), latency:percentile(95), not_ok))
+end
+"""
 
 
 def _env(url: str, var_dir: Path) -> dict[str, str]:
@@ -78,8 +111,8 @@ def _wait_for(port: int, timeout: float = 30.0) -> None:
     raise RuntimeError("gunicorn did not answer /health in time")
 
 
-def _login(port: int) -> urllib.request.OpenerDirector:
-    jar = http.cookiejar.CookieJar()
+def _login(port: int, jar: http.cookiejar.CookieJar | None = None) -> urllib.request.OpenerDirector:
+    jar = http.cookiejar.CookieJar() if jar is None else jar
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
     base = f"http://127.0.0.1:{port}"
     page = opener.open(f"{base}/login/").read().decode()
@@ -147,6 +180,10 @@ def run() -> dict[str, float]:
                     f"127.0.0.1:{port}",
                     "--workers",
                     "2",
+                    "--threads",
+                    "4",
+                    "--worker-class",
+                    "gthread",
                     "--log-level",
                     "warning",
                 ],
@@ -155,10 +192,22 @@ def run() -> dict[str, float]:
             )
             try:
                 _wait_for(port)
-                opener = _login(port)
+                jar = http.cookiejar.CookieJar()
+                opener = _login(port, jar)
                 base = f"http://127.0.0.1:{port}"
                 inbox = _p50_ms(opener, f"{base}/inbox/")
                 gate = _p50_ms(opener, f"{base}/gates/{seeded['gate']}/")
+                paths = [
+                    "/inbox/",
+                    f"/gates/{seeded['gate']}/",
+                    f"/cases/{seeded['case']}/",
+                    "/notifications/",
+                ]
+                for path in paths:  # each answers the officer, before the load
+                    with opener.open(f"{base}{path}") as response:
+                        if response.status != 200 or response.url != f"{base}{path}":
+                            raise RuntimeError(f"{path} answered {response.status}")
+                capacity = _capacity(base, jar, paths)
             finally:
                 server.terminate()
                 server.wait(timeout=30)
@@ -171,6 +220,47 @@ def run() -> dict[str, float]:
         "pages.inbox.queries": float(seeded["inbox_queries"]),
         "pages.gate.queries": float(seeded["gate_queries"]),
         "pages.inbox.pending_gates": float(seeded["pending"]),
+        **capacity,
+    }
+
+
+def _capacity(base: str, jar: http.cookiejar.CookieJar, paths: list[str]) -> dict[str, float]:
+    """Return the requests per second wrk gets answered over the paths in turn, with latencies."""
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        print("  capacity not measured: wrk is not on the PATH (apt install wrk)", flush=True)
+        return {}
+    cookie = "; ".join(f"{c.name}={c.value}" for c in jar)
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write(_WRK_SCRIPT % ", ".join(json.dumps(path) for path in paths))
+    try:
+        result = subprocess.run(
+            [
+                wrk,
+                *("--threads", "1", "--connections", str(CAPACITY_CONNECTIONS)),
+                *("--duration", f"{CAPACITY_S:g}s", "--timeout", "10s"),
+                *("--header", f"Cookie: {cookie}", "--script", script.name, base),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    finally:
+        os.unlink(script.name)
+    line = next(ln for ln in result.stdout.splitlines() if ln.startswith("CAPACITY "))
+    requests, duration_us, p50_us, p95_us, not_ok = (int(v) for v in line.split()[1:])
+    per_s = requests / (duration_us / 1e6)
+    print(
+        f"  capacity: {per_s:.1f} requests/s over {CAPACITY_CONNECTIONS} connections "
+        f"(p50 {p50_us / 1000:.0f} ms, p95 {p95_us / 1000:.0f} ms, {not_ok} not 200)",
+        flush=True,
+    )
+    return {
+        "pages.capacity.requests_per_s": round(per_s, 1),
+        "pages.capacity.p50_ms": round(p50_us / 1000, 1),
+        "pages.capacity.p95_ms": round(p95_us / 1000, 1),
+        "pages.capacity.not_200": float(not_ok),
+        "pages.capacity.connections": float(CAPACITY_CONNECTIONS),
     }
 
 
@@ -269,7 +359,9 @@ def _seed(out: Path) -> None:
             raise RuntimeError(f"{path} answered {response.status_code}")
         counts[key] = len(queries)
     pending = Gate.objects.filter(status=GateStatus.PENDING).count()
-    out.write_text(json.dumps({"gate": plan_gate.pk, "pending": pending, **counts}))
+    out.write_text(
+        json.dumps({"gate": plan_gate.pk, "case": plan_gate.case_id, "pending": pending, **counts})
+    )
 
 
 if __name__ == "__main__":
