@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
+from django.conf import settings
 from django.contrib.auth.models import Group, User
+from django.core.cache import cache
 from django.db.models import BooleanField, Exists, IntegerField, QuerySet
 from django.db.models.expressions import RawSQL
 from django.http import HttpRequest
@@ -17,6 +19,7 @@ from execution.queries import work_items_for
 from oversight.queries import inbox_for, unread_notifications
 from planning import rules
 from planning.promotion.actions import can_view_methods
+from web.middleware import NAV_GENERATION_KEY
 
 # A navigation count stops at this many: the badge reads "99+" past it. Counting stops there too,
 # so 10,000 waiting gates cost what 100 do on every page (the inbox itself counts them all).
@@ -115,11 +118,32 @@ def _counts_and_role(request: HttpRequest) -> tuple[dict[str, int], str | None]:
     return {name: int(value or 0) for name, value in zip(counts, rows[0][1:], strict=True)}, role
 
 
+def _kept_counts_and_role(request: HttpRequest) -> tuple[dict[str, int], str | None]:
+    """Return `_counts_and_role`, kept CASEHUB_NAV_COUNTS_TTL_S seconds per user in this process.
+
+    Counting builds and compiles three subqueries, the largest share of a page's own work. The
+    key holds the session's navigation generation, which the user's own changes move on
+    (`web.middleware.SessionIdleMiddleware`): after a decision the next page counts afresh in
+    any web process; what others change shows within the seconds kept.
+    """
+    ttl = settings.CASEHUB_NAV_COUNTS_TTL_S
+    if ttl <= 0:
+        return _counts_and_role(request)
+    session = getattr(request, "session", None)
+    generation = session.get(NAV_GENERATION_KEY, 0) if session is not None else 0
+    key = f"casehub.nav:{request.user.pk}:{generation}"
+    kept = cache.get(key)
+    if kept is None:
+        kept = _counts_and_role(request)
+        cache.set(key, kept, ttl)
+    return cast(tuple[dict[str, int], str | None], kept)
+
+
 def navigation(request: HttpRequest) -> dict[str, object]:
     """Return the nav items and role of the signed-in user (none for visitors)."""
     if not request.user.is_authenticated:
         return {"nav_items": [], "user_role": None}
-    counts, role = _counts_and_role(request)
+    counts, role = _kept_counts_and_role(request)
     return {
         "nav_items": _items(request, counts),
         "user_role": role,

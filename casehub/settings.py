@@ -480,6 +480,9 @@ SESSION_ENGINE = "django.contrib.sessions.backends.db"
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 CASEHUB_SESSION_IDLE_MINUTES = env_int("CASEHUB_SESSION_IDLE_MINUTES", 30, minimum=1)
+# The navigation's counts (inbox, work items, unread notices, the stop switch) are kept this many
+# seconds per user in each web process; a user's own change counts afresh at once (0: never kept).
+CASEHUB_NAV_COUNTS_TTL_S = env_int("CASEHUB_NAV_COUNTS_TTL_S", 5, minimum=0)
 SESSION_COOKIE_AGE = CASEHUB_SESSION_IDLE_MINUTES * 60
 # web.middleware.SessionIdleMiddleware moves the expiry on, once a minute of use at most.
 SESSION_SAVE_EVERY_REQUEST = False

@@ -39,6 +39,13 @@ def _fast_password_hashing(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _navigation_counted_on_every_page(settings: Any) -> None:
+    # Tests count a page's queries and see counts change at once; the few seconds the counts are
+    # kept in production are tested on their own (tests/casehub/test_navigation_counts.py).
+    settings.CASEHUB_NAV_COUNTS_TTL_S = 0
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _demo_erp_in_the_test_database() -> None:
     # Invoice cases are checked against the ERP at submission. Load the demo ERP wherever the

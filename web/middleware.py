@@ -37,13 +37,20 @@ class NoStoreMiddleware:
 # idle timeout counted in minutes.
 SESSION_REFRESH_S = 60
 _SEEN_KEY = "_casehub_seen"
+# Moved on by every change a signed-in user makes in their session (see SessionIdleMiddleware).
+NAV_GENERATION_KEY = "_casehub_nav"
+_UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 class SessionIdleMiddleware:
     """Keep a signed-in session alive while it is used: refresh its expiry at most once a minute.
 
     The session then ends `SESSION_COOKIE_AGE` (the idle timeout) after its last refresh, within
-    a minute of the last request.
+    a minute of the last request. A change the user makes (any unsafe method) also moves the
+    session's navigation generation on: the navigation's counts are kept per user and generation
+    for a few seconds (`casehub.context_processors`), so the page after a decision counts afresh,
+    whichever web process answers it. Only a session signed in already is touched: an API call
+    with a token opens no session.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
@@ -58,6 +65,9 @@ class SessionIdleMiddleware:
             seen = session.get(_SEEN_KEY, 0)
             if not isinstance(seen, int) or now - seen >= SESSION_REFRESH_S:
                 session[_SEEN_KEY] = now
+            if request.method in _UNSAFE_METHODS and session.get("_auth_user_id") is not None:
+                generation = session.get(NAV_GENERATION_KEY, 0)
+                session[NAV_GENERATION_KEY] = generation + 1 if isinstance(generation, int) else 1
         return self.get_response(request)
 
 
