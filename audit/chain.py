@@ -25,7 +25,6 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
-from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -44,6 +43,7 @@ from casehub_verify import (
     format_time,
 )
 from observability.metrics import count_on_commit
+from web.db import prepared_cursor
 
 __all__ = [
     "GENESIS_HASH",
@@ -162,7 +162,7 @@ def append_events(events: Sequence[NewEvent], *, chain: str = SYSTEM_CHAIN) -> l
         return [one]
     # No savepoint: an append that fails marks the caller's transaction for rollback instead.
     # Prepared on PostgreSQL: the head's statement once, the insert once per batch size.
-    cursor_of = _prepared_cursor if connection.vendor == "postgresql" else connection.cursor
+    cursor_of = prepared_cursor if connection.vendor == "postgresql" else connection.cursor
     with transaction.atomic(savepoint=False), cursor_of() as cursor:
         last_seq, prev_hash = _advance_head(cursor, chain, len(pending))
         now = timezone.now()
@@ -257,32 +257,6 @@ _APPEND_ONE = (
 )
 
 
-class _PreparingCursor(psycopg.Cursor[Any]):
-    """A cursor that binds on the server and prepares what it runs, once per connection.
-
-    Only where the connection allows it: Django turns preparing off, and the settings turn it
-    back on (`CASEHUB_DB_PREPARED_STATEMENTS`); otherwise it binds on the server unprepared.
-    """
-
-    def execute(self, query: Any, params: Any = None, **options: Any) -> Any:
-        options.setdefault("prepare", True)
-        return super().execute(query, params, **options)
-
-
-def _prepared_cursor() -> Any:
-    """Return a Django cursor over a `_PreparingCursor` on the default connection.
-
-    Django's cursors bind on the client, so the server parses and plans every append anew; the
-    append is the hottest statement there is. Wrapped as Django wraps its own (query logging,
-    execute wrappers, errors as `django.db` errors).
-    """
-    connection.ensure_connection()
-    raw = _PreparingCursor(connection.connection)
-    if connection.queries_logged:
-        return CursorDebugWrapper(raw, connection)
-    return CursorWrapper(raw, connection)
-
-
 def _append_one(
     chain: str, who: Actor, action: str, payload: dict[str, Any], text: str
 ) -> AuditEvent:
@@ -307,11 +281,11 @@ def _append_one(
     if connection.get_autocommit() and not connection.in_atomic_block:
         # Outside any transaction the statement is a transaction of its own: one round trip,
         # no BEGIN and COMMIT around it (a new chain's head, seq 0, is harmless on its own).
-        with _prepared_cursor() as cursor:
+        with prepared_cursor() as cursor:
             row = _execute_append(cursor, chain, params)
     else:
         # No savepoint: an append that fails marks the caller's transaction for rollback.
-        with transaction.atomic(savepoint=False), _prepared_cursor() as cursor:
+        with transaction.atomic(savepoint=False), prepared_cursor() as cursor:
             row = _execute_append(cursor, chain, params)
     pk, seq, prev_hash, digest = row
     event = AuditEvent(

@@ -35,6 +35,7 @@ from oversight.models import Gate, GateKind, GateStatus, PolicyVersion
 from oversight.policy import PolicySettings
 from planning.models import Agent, Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
 from planning.transitions import move_case, move_node, release_nodes
+from web.db import prepared_cursor
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +196,7 @@ def _claim_facts(node: PlanNode) -> _ClaimFacts:
         node.version_id, GateKind.PLAN, GateKind.STEP, GateKind.ESCALATION, node.pk,
         node.agent, node.agent, PolicyVersion.Status.ACTIVE,
     ]  # fmt: skip
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, params)
         gates, agent_row, score_rows, policy = cursor.fetchone()
     agent = None

@@ -36,6 +36,7 @@ from oversight.actions.opening import open_escalation_gate
 from oversight.models import OPEN_GATE_STATUSES, Gate
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
 from planning.transitions import move_node, move_nodes
+from web.db import prepared_cursor
 
 logger = logging.getLogger(__name__)
 
@@ -294,7 +295,7 @@ def _record_attempts(
         )
         params += [new.node_id, new.number, new.worker, new.started_at, LeafAttempt.Outcome.RUNNING]
     increment, more = outcome_increment(node.agent, "succeeded", now=now)
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(f"WITH {', '.join(ctes)} {increment}", [*params, *more])
         changed = cursor.rowcount
     if not changed:

@@ -18,6 +18,7 @@ from django.utils import timezone
 from audit.chain import NewEvent
 from audit.transitions import Audit, Moved, Transitions, move_row, move_rows
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
+from web.db import prepared_cursor
 
 __all__ = ["CASE", "NODE", "block_nodes", "move_case", "move_node", "move_nodes", "release_nodes"]
 
@@ -178,7 +179,7 @@ def release_nodes(
         return ready
     NODE.check(NodeStatus.PENDING, NodeStatus.READY)
     audit.require_open()
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(
             _RELEASE_SQL.format(table=connection.ops.quote_name(PlanNode._meta.db_table)),
             [

@@ -1,0 +1,36 @@
+"""A cursor for the hot statements: bound on the server and prepared once per connection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from django.db import connection
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
+
+
+class _PreparingCursor(psycopg.Cursor[Any]):
+    """A cursor that binds on the server and prepares what it runs, once per connection.
+
+    Only where the connection allows it: Django turns preparing off, and the settings turn it
+    back on (`CASEHUB_DB_PREPARED_STATEMENTS`); otherwise it binds on the server unprepared.
+    """
+
+    def execute(self, query: Any, params: Any = None, **options: Any) -> Any:
+        options.setdefault("prepare", True)
+        return super().execute(query, params, **options)
+
+
+def prepared_cursor() -> Any:
+    """Return a Django cursor over a preparing cursor on the default (PostgreSQL) connection.
+
+    Django's cursors bind on the client, so the server parses and plans each statement anew; a
+    statement run for every audit event or every leaf is worth preparing once. Wrapped as Django
+    wraps its own (query logging, execute wrappers, errors as `django.db` errors). Parameters
+    are sent typed: a statement where the server cannot tell a parameter's type needs a cast.
+    """
+    connection.ensure_connection()
+    raw = _PreparingCursor(connection.connection)
+    if connection.queries_logged:
+        return CursorDebugWrapper(raw, connection)
+    return CursorWrapper(raw, connection)
