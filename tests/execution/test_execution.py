@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from audit.models import AuditEvent
 from execution import actions as execution
@@ -351,3 +352,28 @@ def test_a_cancelled_cases_result_says_who_cancelled_it_and_why(analyst: Any, of
     result = page.split('id="case-result"', 1)[1].split("</section>", 1)[0]
     assert f"The case was cancelled by {officer.username}</strong>" in result, result
     assert "Why: Duplicate of other work — paid last week" in result, result
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared statements")
+def test_a_leafs_hot_statements_are_prepared_once_per_connection(analyst, officer):
+    """The claim's facts, the release of dependents, the attempt's end and the audit append are
+    bound on the server and prepared by the first leaf; the leaves after it reuse them."""
+
+    def prepared() -> dict[str, int]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement FROM pg_prepared_statements")
+            texts = [row[0] for row in cursor.fetchall()]
+        marks = {
+            "claim facts": "json_agg(json_build_object('id', g.id",
+            "release": "jsonb_array_elements_text(n.depends_on)",
+            "attempt ended": '"ended" AS (UPDATE',
+            "audit append": "WITH old AS (SELECT chain, seq, head_hash",
+        }
+        return {name: sum(mark in text for text in texts) for name, mark in marks.items()}
+
+    case = planned_invoice_case(analyst)
+    approve(_gate(case, GateKind.PLAN), officer)
+    run_ready(case)
+    after_the_run = prepared()
+    assert all(after_the_run.values()), after_the_run
+    assert leaves(case)["audit-report"].status == NodeStatus.SUCCEEDED
