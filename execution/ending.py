@@ -10,7 +10,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import connection, transaction
-from django.db.models import Exists
+from django.db.models import Exists, Model
 from django.utils import timezone
 
 from audit.chain import NewEvent, append_event, case_chain
@@ -34,7 +34,7 @@ from execution.replanning import replan_failed_leaf
 from execution.trust_actions import outcome_increment, record_outcome
 from oversight.actions.opening import open_escalation_gate
 from oversight.models import OPEN_GATE_STATUSES, Gate
-from planning.models import Case, CaseStatus, NodeStatus, PlanNode
+from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
 from planning.transitions import move_node, move_nodes
 from web.db import prepared_cursor
 
@@ -49,11 +49,11 @@ def locked_attempt(node_id: int, attempt: int, *, share: bool = False) -> tuple[
     `share` takes the case row FOR SHARE rather than FOR UPDATE: completions of one case then run
     side by side (a cancel or an edit still waits for them, and they for it).
     """
-    stopped = Exists(ExecutionControl.objects.filter(pk=1, stopped=True))
     if share and connection.vendor == "postgresql":
-        node = _node_and_shared_case(node_id, stopped)
+        node = _node_and_shared_case(node_id)
         case = node.version.case
     else:
+        stopped = Exists(ExecutionControl.objects.filter(pk=1, stopped=True))
         node = (
             PlanNode.objects.select_for_update(of=("self",))
             .select_related("version")
@@ -74,28 +74,50 @@ def locked_attempt(node_id: int, attempt: int, *, share: bool = False) -> tuple[
     return node, case
 
 
-def _node_and_shared_case(node_id: int, stopped: Exists) -> PlanNode:
-    """Return the leaf (locked FOR UPDATE) with its version and case (locked FOR SHARE), in one
-    statement: PostgreSQL locks the rows in the order the FROM clause names them, the node's
-    first, as two statements did (docs/architecture.md, lock order)."""
-    query = (
-        PlanNode.objects.select_for_update(of=("self", "version__case"))
-        .select_related("version__case")
-        .annotate(stopped=stopped)
-        .filter(pk=node_id)
-    )
-    node_table, case_table = PlanNode._meta.db_table, Case._meta.db_table
-    both = f'FOR UPDATE OF "{node_table}", "{case_table}"'
-    mixed = f'FOR UPDATE OF "{node_table}" FOR SHARE OF "{case_table}"'
+def _columns(alias: str, model: type[Model]) -> str:
+    return ", ".join(f'{alias}."{field.column}"' for field in model._meta.concrete_fields)
 
-    def share_the_case(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        # Django's select_for_update has no FOR SHARE: the case's lock clause is rewritten.
-        if not sql.endswith(both):
-            raise AssertionError(f"unexpected locking clause in {sql[-120:]!r}")
-        return execute(sql[: -len(both)] + mixed, params, many, context)
 
-    with connection.execute_wrapper(share_the_case):
-        return query.get()
+def _from_row(model: type[Model], values: Sequence[Any]) -> Any:
+    """Return the model instance of a row's values, converted as the ORM converts them."""
+    fields = model._meta.concrete_fields
+    converted = [
+        field.from_db_value(value, None, connection) if hasattr(field, "from_db_value") else value
+        for field, value in zip(fields, values, strict=True)
+    ]
+    return model.from_db(connection.alias, [field.attname for field in fields], converted)
+
+
+# The leaf (locked FOR UPDATE) with its version and case (locked FOR SHARE) and the stop switch,
+# in one statement: PostgreSQL locks the rows in the order the FROM clause names them, the
+# node's first (docs/architecture.md, lock order). Written out, not built by the ORM: compiling
+# the select_related query cost about a millisecond of the worker's CPU on every completion.
+_NODE_AND_SHARED_CASE_SQL = (
+    f"SELECT {_columns('n', PlanNode)}, {_columns('v', PlanVersion)}, {_columns('c', Case)}, "  # noqa: S608
+    f'EXISTS (SELECT 1 FROM "{ExecutionControl._meta.db_table}" x WHERE x.id = 1 AND x.stopped) '
+    f'FROM "{PlanNode._meta.db_table}" n '
+    f'JOIN "{PlanVersion._meta.db_table}" v ON v.id = n.version_id '
+    f'JOIN "{Case._meta.db_table}" c ON c.id = v.case_id '
+    "WHERE n.id = %s FOR UPDATE OF n FOR SHARE OF c"
+)
+
+
+def _node_and_shared_case(node_id: int) -> PlanNode:
+    """Return the leaf (locked FOR UPDATE) with its version and case (locked FOR SHARE) set, and
+    the stop switch as its `stopped`: one prepared statement (`_NODE_AND_SHARED_CASE_SQL`)."""
+    with prepared_cursor() as cursor:
+        cursor.execute(_NODE_AND_SHARED_CASE_SQL, [node_id])
+        row = cursor.fetchone()
+    if row is None:
+        raise PlanNode.DoesNotExist(f"no plan node {node_id}")
+    nodes = len(PlanNode._meta.concrete_fields)
+    versions = nodes + len(PlanVersion._meta.concrete_fields)
+    node = _from_row(PlanNode, row[:nodes])
+    version = _from_row(PlanVersion, row[nodes:versions])
+    version.case = _from_row(Case, row[versions:-1])
+    node.version = version
+    node.stopped = bool(row[-1])
+    return node
 
 
 def _share_locked_case(case_id: int) -> Case:
