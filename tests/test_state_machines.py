@@ -461,3 +461,34 @@ def test_approving_a_step_gate_records_that_its_step_may_run(analyst: Any, offic
         "before": {"status": "awaiting_approval"},
         "after": {"status": "pending"},
     }
+
+
+def test_a_moves_fields_are_stored_as_the_orms_update_stores_them(analyst: Any) -> None:
+    """JSON, a datetime, None and a foreign key given as a row: stored and read back as set (on
+    PostgreSQL by the prepared compare-and-set UPDATE, elsewhere by the ORM's update())."""
+    case = planned_invoice_case(analyst)
+    node = PlanNode.objects.filter(version=case.current_version, kind="leaf").order_by("pk")[0]
+    when = timezone.now().replace(microsecond=123456)
+    output = {"findings": ["geprüft ✓", {"n": 1.5, "none": None}], "ok": True}
+    with transaction.atomic(), audited(chain=case_chain(case.pk)) as audit:
+        move_node(node, to=NodeStatus.READY, audit=audit, enqueued_at=when)
+        move_node(
+            node,
+            to=NodeStatus.RUNNING,
+            audit=audit,
+            attempts=1,
+            started_at=when,
+            lease_until=None,
+            routing={"agent": node.agent},
+            version=case.current_version,
+        )
+        move_node(
+            node, to=NodeStatus.SUCCEEDED, audit=audit, output=output, error="", finished_at=when
+        )
+        audit.add(NewEvent(MOVED))
+    stored = PlanNode.objects.get(pk=node.pk)
+    assert stored.status == NodeStatus.SUCCEEDED
+    assert (stored.enqueued_at, stored.started_at, stored.finished_at) == (when, when, when)
+    assert stored.lease_until is None and stored.attempts == 1
+    assert stored.output == output and stored.routing == {"agent": node.agent}
+    assert stored.version_id == case.current_version_id

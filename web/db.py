@@ -21,6 +21,19 @@ class _PreparingCursor(psycopg.Cursor[Any]):
         return super().execute(query, params, **options)
 
 
+class _PreparedDebugWrapper(CursorDebugWrapper):
+    """Django's query log for a preparing cursor: the statement's own text.
+
+    Django would rebuild it from the cursor (`last_executed_query`), which for a prepared
+    statement gives "QUERY = '…' - PARAMS = …": tests and tools that read the log (which tables
+    a request writes, say) would not see the statement's verb.
+    """
+
+    def execute(self, sql: Any, params: Any = None) -> Any:
+        with self.debug_sql(sql, params, use_last_executed_query=False):
+            return CursorWrapper.execute(self, sql, params)
+
+
 def prepared_cursor() -> Any:
     """Return a Django cursor over a preparing cursor on the default (PostgreSQL) connection.
 
@@ -32,5 +45,5 @@ def prepared_cursor() -> Any:
     connection.ensure_connection()
     raw = _PreparingCursor(connection.connection)
     if connection.queries_logged:
-        return CursorDebugWrapper(raw, connection)
+        return _PreparedDebugWrapper(raw, connection)
     return CursorWrapper(raw, connection)
