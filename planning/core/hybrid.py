@@ -20,6 +20,7 @@ from planning.core.errors import NoMethodMatched
 from planning.core.llm.decomposition import LlmDecomposition
 from planning.core.llm.expansion import Expansion, ExpansionJob, LlmBudgets, PlanningRun
 from planning.core.llm.records import LlmNotConfigured
+from planning.core.llm.repeats import merge_repeated_actions
 from planning.core.static import StaticDecomposition, unique_keys
 from planning.core.tree import Goal, Leaf, Node, Provenance, StrategyName
 
@@ -64,8 +65,10 @@ class HybridDecomposition:
         )
         root = ExpansionJob(key=goal.name, goal=goal, depth=0)
         tree, warnings = run.execute(root, lambda job: self._expand(run, job, frozen_state))
-        # Expansions run concurrently and a method may reuse a subtask: place keys once, at the end.
-        return DagPlan.build(unique_keys(tree), warnings=warnings, llm_calls=run.calls)
+        # Expansions run concurrently and a method may reuse a subtask: place keys once, at the end;
+        # then an action the model planned again in another part is run once
+        merged, notes = merge_repeated_actions(unique_keys(tree))
+        return DagPlan.build(merged, warnings=warnings + notes, llm_calls=run.calls)
 
     def _expand(self, run: PlanningRun, job: ExpansionJob, state: Mapping[str, Any]) -> Expansion:
         run.check_cancelled()

@@ -24,7 +24,9 @@ plan of one step for a goal of several parts (`planning.core.llm.coverage`) gets
 
 With a domain pack (`actions`: the pack's leaves for the case, `DomainPack.capabilities_for`),
 each request also lists the pack's actions, and an agent step may name one in ``action``: it
-becomes that action's leaf, as the pack wrote it (`LlmDecomposition._to_expansion`).
+becomes that action's leaf, as the pack wrote it (`LlmDecomposition._to_expansion`). An action
+planned again in another part of the plan, on the same inputs, runs once
+(`planning.core.llm.repeats`).
 
 The scheduling machinery (`ExpansionJob`, `Expansion`, `PlanningRun`, in
 `planning.core.llm.expansion`) is shared with the hybrid strategy in `planning.core.hybrid`.
@@ -61,6 +63,7 @@ from planning.core.llm.prompts import (
     user_prompt,
 )
 from planning.core.llm.records import ChatMessage
+from planning.core.llm.repeats import merge_repeated_actions
 from planning.core.llm.schemas import (
     AgentStep,
     Answer,
@@ -216,8 +219,10 @@ class LlmDecomposition:
         tree, warnings = run.execute(
             root, lambda job: self.expand(run, job, frozen_state, strategy=self.strategy_name)
         )
-        # action leaves take the pack's keys, which may repeat across subtrees: placed at the end
-        return DagPlan.build(unique_keys(tree), warnings=warnings, llm_calls=run.calls)
+        # action leaves take the pack's keys, which may repeat across subtrees: placed at the end,
+        # then an action planned again in another part is run once
+        merged, notes = merge_repeated_actions(unique_keys(tree))
+        return DagPlan.build(merged, warnings=warnings + notes, llm_calls=run.calls)
 
     # -- one compound ----------------------------------------------------------------------------
 
@@ -506,7 +511,8 @@ class LlmDecomposition:
         unless every step of the answer is such a repeat: an empty compound is no plan, so
         that answer is materialised as if nothing were upstream. The
         same action planned in two subtrees that do not wait for each other keeps its key in
-        the first; `unique_keys` renames the second and rewrites the references to it.
+        the first; `unique_keys` renames the second and rewrites the references to it, and
+        once the tree is whole `merge_repeated_actions` runs it once (with a warning).
         """
         actions = actions or {}
         kept = answer.usable

@@ -208,7 +208,7 @@ def _depth_two(request: RecordedRequest) -> str:
     )
 
 
-def test_a_subtree_uses_the_actions_upstream_of_it_and_an_independent_one_plans_its_own(
+def test_a_subtree_uses_the_actions_upstream_of_it_and_an_independent_ones_repeat_is_merged(
     fake_openai: FakeOpenAIServer,
 ) -> None:
     def respond(request: RecordedRequest) -> str:
@@ -222,15 +222,19 @@ def test_a_subtree_uses_the_actions_upstream_of_it_and_an_independent_one_plans_
     # "checks" waits for s1: its repeat of extract-fields is dropped, check-totals uses s1's
     assert by_key["check-totals"].inputs["invoice"][REF_KEY] == "extract-fields"
     assert "extract-fields" in plan.upstream("check-totals")
-    # "more" is independent: it gets its own extract-fields, renamed, and refers to that one
-    own = by_key["check-duplicate"].inputs["invoice"][REF_KEY]
-    assert own == "s3.extract-fields"
-    assert by_key[own].tool == "extract_invoice_fields"
-    assert own in plan.upstream("check-duplicate")
+    # "more" is independent: it plans its own extract-fields, the same action on the same
+    # invoice as s1's, so the two are merged and its check uses s1's
+    assert sorted(by_key) == ["check-duplicate", "check-totals", "extract-fields"]
+    assert by_key["check-duplicate"].inputs["invoice"][REF_KEY] == "extract-fields"
+    assert "extract-fields" in plan.upstream("check-duplicate")
+    assert any(
+        "'s3.extract-fields'" in w and "runs it once" in w and "'extract-fields'" in w
+        for w in plan.warnings
+    )
     validate_plan(plan, INVOICE.catalogue())
 
 
-def test_a_part_made_only_of_upstream_actions_is_not_left_empty(
+def test_a_part_made_only_of_upstream_actions_is_merged_away(
     fake_openai: FakeOpenAIServer,
 ) -> None:
     def respond(request: RecordedRequest) -> str:
@@ -240,7 +244,10 @@ def test_a_part_made_only_of_upstream_actions_is_not_left_empty(
 
     fake_openai.responder = respond
     plan = planner(fake_openai, max_depth=2).plan(GOAL, STATE)
-    assert [leaf.tool for leaf in plan.leaves] == ["extract_invoice_fields"] * 2
+    # the part is planned (an empty compound is no plan), then its repeat is merged and the
+    # part, left empty, goes with it
+    assert [leaf.key for leaf in plan.leaves] == ["extract-fields"]
+    assert [node.key for node in plan.nodes() if not node.is_leaf] == [GOAL.name]
     validate_plan(plan, INVOICE.catalogue())
 
 
