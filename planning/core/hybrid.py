@@ -18,7 +18,13 @@ from typing import Any
 from planning.core.dag import DagPlan
 from planning.core.errors import NoMethodMatched
 from planning.core.llm.decomposition import LlmDecomposition
-from planning.core.llm.expansion import Expansion, ExpansionJob, LlmBudgets, PlanningRun
+from planning.core.llm.expansion import (
+    Expansion,
+    ExpansionJob,
+    LlmBudgets,
+    PlanningRun,
+    share_leaves,
+)
 from planning.core.llm.records import LlmNotConfigured
 from planning.core.llm.repeats import merge_repeated_actions
 from planning.core.static import StaticDecomposition, unique_keys
@@ -142,4 +148,7 @@ class HybridDecomposition:
                 )
             )
         run.add_leaves(sum(1 for child in out if isinstance(child, Leaf)))
-        return Expansion(strategy=self.strategy_name, source=source, children=tuple(out))
+        budget = run.budgets.max_leaves if job.max_leaves is None else job.max_leaves
+        return Expansion(
+            strategy=self.strategy_name, source=source, children=share_leaves(budget, out)
+        )

@@ -53,6 +53,7 @@ from planning.core.llm.expansion import (
     LlmBudgets,
     PlanningRun,
     child_key,
+    share_leaves,
 )
 from planning.core.llm.prompts import (
     AgentInfo,
@@ -201,7 +202,7 @@ class LlmDecomposition:
         self.examples = examples
         self.example_task = example_task
         self.action_source = actions
-        self._schemas: dict[tuple[bool, frozenset[str]], Mapping[str, Any]] = {}
+        self._schemas: dict[tuple[bool, frozenset[str], int], Mapping[str, Any]] = {}
 
     def new_run(self) -> PlanningRun:
         """Return fresh counters for one planning run."""
@@ -256,13 +257,50 @@ class LlmDecomposition:
             offered = runnable
         return MappingProxyType(offered)
 
+    def leaf_budget(self, job: ExpansionJob) -> int:
+        """Return the leaves `job` may add to the plan: its share, or the run's whole budget."""
+        return self.budgets.max_leaves if job.max_leaves is None else job.max_leaves
+
+    def max_steps_for(self, job: ExpansionJob) -> int:
+        """Return the most steps one answer for `job` may have: the fan-out, or its leaf share."""
+        return max(1, min(self.budgets.max_fanout, self.leaf_budget(job)))
+
+    def size_note(self, job: ExpansionJob) -> str:
+        """Return what the request tells the model about the plan's size budget.
+
+        Above the last level, a budget too small for a full fan-out on every level left asks
+        for fewer, coarser subtasks: as many as the budget gives a full fan-out below.
+        """
+        budget = self.leaf_budget(job)
+        # the last level's request never mentions subtasks: it may not plan any
+        counted = "" if self._is_last_level(job) else ", the steps of its subtasks included"
+        if job.max_leaves is None:
+            note = f"Plan size: the whole plan may have at most {budget} steps{counted}."
+        else:
+            note = (
+                f"Plan size: this part may add at most {budget} steps to the plan{counted} (its "
+                f"share of the plan's {self.budgets.max_leaves})."
+            )
+        levels_below = self.max_depth - 1 - job.level
+        if levels_below < 1:
+            return note
+        below = self.budgets.max_fanout**levels_below
+        if budget >= self.max_steps_for(job) * below:
+            return note
+        subtasks = max(1, budget // below)
+        return (
+            f"{note} That is small for {levels_below} more level(s) of subtasks: use at most "
+            f"{subtasks} subtask(s), each a coarse part of several actions, and agent "
+            "assignments for the rest."
+        )
+
     def rules_for(
         self, job: ExpansionJob, actions: Mapping[str, Capability] | None = None
     ) -> AnswerRules:
         """Return what the request for `job` offers: its agents, actions, entry kinds, fan-out."""
         return AnswerRules(
             agents=self._agent_slugs,
-            max_steps=self.budgets.max_fanout,
+            max_steps=self.max_steps_for(job),
             is_last_level=self._is_last_level(job),
             max_depth=self.max_depth,
             actions=frozenset(actions or ()),
@@ -270,8 +308,8 @@ class LlmDecomposition:
 
     def schema_for(self, rules: AnswerRules) -> Mapping[str, Any]:
         """Return the answer schema of a request with these rules (the same for a level)."""
-        # every request offers the same agents and fan-out; the level and the actions differ
-        memo = (rules.is_last_level, rules.actions)
+        # every request offers the same agents; the level, the actions and the steps differ
+        memo = (rules.is_last_level, rules.actions, rules.max_steps)
         schema = self._schemas.get(memo)
         if schema is None:
             schema = MappingProxyType(answer_schema(rules))
@@ -290,7 +328,7 @@ class LlmDecomposition:
                 "role": "system",
                 "content": system_prompt(
                     is_last_level=self._is_last_level(job),
-                    max_steps=self.budgets.max_fanout,
+                    max_steps=self.max_steps_for(job),
                     instructions=self.instructions,
                     has_actions=bool(actions),
                 ),
@@ -304,6 +342,7 @@ class LlmDecomposition:
                     hint=job.hint,
                     example=self._example(job, state),
                     actions=tuple((actions or {}).values()),
+                    size=self.size_note(job),
                 ),
             },
         ]
@@ -311,7 +350,10 @@ class LlmDecomposition:
     def _example(self, job: ExpansionJob, state: Mapping[str, Any]) -> str:
         if self.examples is None:
             return ""
-        example = method_example(self.examples, (job.goal.name, self.example_task), state)
+        # a part the model made is shown its own task's method only: the whole case's method
+        # shown for a part is copied into it whole, and every part then plans the whole case
+        tasks = (job.goal.name,) if job.goal.parent else (job.goal.name, self.example_task)
+        example = method_example(self.examples, tasks, state)
         if example is None:
             return ""
         return render_example(example, is_last_level=self._is_last_level(job))
@@ -647,7 +689,7 @@ class LlmDecomposition:
         return Expansion(
             strategy=strategy,
             source=source,
-            children=tuple(children),
+            children=share_leaves(self.leaf_budget(job), children),
             warnings=warnings + tuple(notes),
         )
 

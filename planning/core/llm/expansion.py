@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planning.core.errors import BudgetExceeded
-from planning.core.tree import Compound, Goal, Node, Provenance, StrategyName
+from planning.core.tree import Compound, Goal, Leaf, Node, Provenance, StrategyName
 
-__all__ = ["Expansion", "ExpansionJob", "LlmBudgets", "PlanningRun", "child_key"]
+__all__ = [
+    "Expansion",
+    "ExpansionJob",
+    "LlmBudgets",
+    "PlanningRun",
+    "child_key",
+    "share_leaves",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,7 +50,8 @@ class ExpansionJob:
     model created, whose statically planned children get keys prefixed with the parent's key;
     `preset` holds children a static method already supplied (decomposed by `preset_source`);
     `actions_before` names the pack actions the model placed upstream of the compound, which
-    its own steps may use without planning them again.
+    its own steps may use without planning them again; `max_leaves` is the compound's share of
+    the run's leaf budget (None: the whole budget, as for the root), see `share_leaves`.
     """
 
     key: str
@@ -56,6 +64,30 @@ class ExpansionJob:
     preset: tuple[Node, ...] = ()
     preset_source: str = ""
     actions_before: frozenset[str] = frozenset()
+    max_leaves: int | None = None
+
+
+def share_leaves(
+    budget: int, children: Sequence[Node | ExpansionJob]
+) -> tuple[Node | ExpansionJob, ...]:
+    """Return `children` with each compound still to decompose given its share of `budget`.
+
+    The leaves already among the children (a ready compound's included) come off the budget
+    first; the rest is split evenly between the jobs (at least one leaf each).
+    """
+    jobs = sum(1 for child in children if isinstance(child, ExpansionJob))
+    if not jobs:
+        return tuple(children)
+    placed = sum(
+        1 if isinstance(child, Leaf) else sum(1 for _ in child.iter_leaves())
+        for child in children
+        if not isinstance(child, ExpansionJob)
+    )
+    share = max(1, (budget - placed) // jobs)
+    return tuple(
+        replace(child, max_leaves=share) if isinstance(child, ExpansionJob) else child
+        for child in children
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -194,10 +194,12 @@ def user_prompt(
     hint: str = "",
     example: str = "",
     actions: Sequence[Capability] = (),
+    size: str = "",
 ) -> str:
     """Return the planning request for ``goal`` with its context (`example` already rendered).
 
-    `actions` are the domain pack's leaves for the case that a step may name.
+    `actions` are the domain pack's leaves for the case that a step may name; `size` says how
+    many steps the plan (or this part of it) may still have.
     """
     parent = goal.parent or "(none: this is the top-level goal)"
     siblings = "; ".join(goal.siblings) if goal.siblings else "(none)"
@@ -216,6 +218,12 @@ def user_prompt(
         lines.extend(render_action(action) for action in actions)
     if example:
         lines.append(example)
+    if goal.parent:
+        lines.append(
+            "Plan only this part of the parent goal: the sibling tasks are planned separately."
+        )
+    if size:
+        lines.append(size)
     lines.append("Current state (JSON):")
     lines.append(render_state(state))
     return "\n".join(lines)

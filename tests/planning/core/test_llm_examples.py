@@ -25,8 +25,12 @@ SERIOUS = {"account_id": "AC-9", "amount": "50000", "prior_flags": 0}
 def _example_lines(prompt: str) -> list[dict[str, Any]]:
     lines = prompt.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("Example: "))
-    end = lines.index("Current state (JSON):")
-    return [json.loads(line) for line in lines[start + 1 : end]]
+    steps = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("{"):
+            break
+        steps.append(json.loads(line))
+    return steps
 
 
 def test_the_example_is_the_method_the_case_would_get_with_ids_tasks_and_order() -> None:
