@@ -26,7 +26,8 @@ With a domain pack (`actions`: the pack's leaves for the case, `DomainPack.capab
 each request also lists the pack's actions, and an agent step may name one in ``action``: it
 becomes that action's leaf, as the pack wrote it (`LlmDecomposition._to_expansion`). An action
 planned again in another part of the plan, on the same inputs, runs once
-(`planning.core.llm.repeats`).
+(`planning.core.llm.repeats`), and of two actions in the plan, the one that needs what the other
+produces waits for it (`planning.core.llm.ordering`).
 
 The scheduling machinery (`ExpansionJob`, `Expansion`, `PlanningRun`, in
 `planning.core.llm.expansion`) is shared with the hybrid strategy in `planning.core.hybrid`.
@@ -55,6 +56,7 @@ from planning.core.llm.expansion import (
     child_key,
     share_leaves,
 )
+from planning.core.llm.ordering import order_pack_actions
 from planning.core.llm.prompts import (
     AgentInfo,
     answer_excerpt,
@@ -223,7 +225,9 @@ class LlmDecomposition:
         # action leaves take the pack's keys, which may repeat across subtrees: placed at the end,
         # then an action planned again in another part is run once
         merged, notes = merge_repeated_actions(unique_keys(tree))
-        return DagPlan.build(merged, warnings=warnings + notes, llm_calls=run.calls)
+        # and two actions the pack orders, which the model left independent, are ordered
+        ordered, more = order_pack_actions(merged, tuple(self.actions_for(frozen_state).values()))
+        return DagPlan.build(ordered, warnings=warnings + notes + more, llm_calls=run.calls)
 
     # -- one compound ----------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from planning.core.errors import PlanInvalid
 from planning.core.refs import REF_KEY, is_ref
 from planning.core.tree import Compound, Leaf, Node, thaw
 
-__all__ = ["merge_repeated_actions"]
+__all__ = ["add_dependencies", "merge_repeated_actions"]
 
 
 def _is_model_planned(leaf: Leaf) -> bool:
@@ -95,7 +95,7 @@ def _without(root: Compound, repeat: str, kept: str) -> Compound:
     return result
 
 
-def _with_dependencies(root: Compound, key: str, added: tuple[str, ...]) -> Compound:
+def add_dependencies(root: Compound, key: str, added: tuple[str, ...]) -> Compound:
     """Return the tree with leaf `key` also waiting for `added` (its implicit order kept)."""
 
     def visit(node: Compound) -> Compound:
@@ -136,7 +136,7 @@ def _restore_order(
                 if not any(m in before.upstream(other) for other in missing if other != m)
             )
         )
-        root = _with_dependencies(root, key, latest)
+        root = add_dependencies(root, key, latest)
         plan = DagPlan.build(root)
     return root, plan
 
