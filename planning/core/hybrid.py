@@ -25,7 +25,7 @@ from planning.core.llm.expansion import (
     PlanningRun,
     share_leaves,
 )
-from planning.core.llm.ordering import order_pack_actions
+from planning.core.llm.ordering import fill_preconditions, order_pack_actions
 from planning.core.llm.records import LlmNotConfigured
 from planning.core.llm.repeats import merge_repeated_actions
 from planning.core.static import StaticDecomposition, unique_keys
@@ -77,8 +77,9 @@ class HybridDecomposition:
         merged, notes = merge_repeated_actions(unique_keys(tree))
         # and two pack actions (one of them the model's) the pack orders are ordered
         actions = () if self.llm is None else tuple(self.llm.actions_for(frozen_state).values())
-        ordered, more = order_pack_actions(merged, actions)
-        return DagPlan.build(ordered, warnings=warnings + notes + more, llm_calls=run.calls)
+        filled, added = fill_preconditions(merged, actions, frozen_state)
+        ordered, more = order_pack_actions(filled, actions)
+        return DagPlan.build(ordered, warnings=warnings + notes + added + more, llm_calls=run.calls)
 
     def _expand(self, run: PlanningRun, job: ExpansionJob, state: Mapping[str, Any]) -> Expansion:
         run.check_cancelled()

@@ -56,7 +56,7 @@ from planning.core.llm.expansion import (
     child_key,
     share_leaves,
 )
-from planning.core.llm.ordering import order_pack_actions
+from planning.core.llm.ordering import fill_preconditions, order_pack_actions
 from planning.core.llm.prompts import (
     AgentInfo,
     answer_excerpt,
@@ -225,9 +225,12 @@ class LlmDecomposition:
         # action leaves take the pack's keys, which may repeat across subtrees: placed at the end,
         # then an action planned again in another part is run once
         merged, notes = merge_repeated_actions(unique_keys(tree))
-        # and two actions the pack orders, which the model left independent, are ordered
-        ordered, more = order_pack_actions(merged, tuple(self.actions_for(frozen_state).values()))
-        return DagPlan.build(ordered, warnings=warnings + notes + more, llm_calls=run.calls)
+        # the facts the model's actions need are provided, and two actions the pack orders,
+        # which the model left independent, are ordered
+        actions = tuple(self.actions_for(frozen_state).values())
+        filled, added = fill_preconditions(merged, actions, frozen_state)
+        ordered, more = order_pack_actions(filled, actions)
+        return DagPlan.build(ordered, warnings=warnings + notes + added + more, llm_calls=run.calls)
 
     # -- one compound ----------------------------------------------------------------------------
 

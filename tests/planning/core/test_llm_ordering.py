@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from planning.core.dag import DagPlan
 from planning.core.goal import Capability
 from planning.core.llm.decomposition import LlmDecomposition
-from planning.core.llm.ordering import order_pack_actions
+from planning.core.llm.ordering import fill_preconditions, order_pack_actions
 from planning.core.tree import Compound, Leaf, Provenance
 from planning.core.validation import validate_plan
 from planning.packs import PACKS
@@ -96,3 +97,69 @@ def test_a_pair_planned_the_other_way_round_is_left_with_a_warning() -> None:
     ordered, notes = order_pack_actions(mixed, (made, used))
     assert ordered.children[1].depends_on == ("make",)
     assert len(notes) == 1
+
+
+# -- what an action needs ------------------------------------------------------------------------
+
+
+def test_a_freeze_planned_alone_gets_what_the_pack_says_it_needs_first(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.responder = by_goal({GOAL.name: answer(action("a", "freeze-account", []))})
+    plan = planner(fake_openai).plan(GOAL, STATE)
+    keys = [leaf.key for leaf in plan.leaves]
+    assert keys[-1] == "freeze-account"
+    assert set(keys) == {
+        "pull-transactions",
+        "detect-anomalies",
+        "screen-sanctions",
+        "interview-customer",
+        "draft-findings",
+        "legal-review",
+        "freeze-account",
+    }
+    upstream = plan.upstream("freeze-account")
+    assert upstream == set(keys) - {"freeze-account"}
+    assert "legal-review" in plan.dependencies["freeze-account"]
+    assert "pull-transactions" in plan.upstream("interview-customer")
+    assert any("needs findings_reviewed" in w and "'legal-review'" in w for w in plan.warnings)
+    validate_plan(plan, FRAUD.catalogue())
+
+
+def _capability(name: str, *, needs: str = "", makes: str, **more: Any) -> Capability:
+    return Capability(
+        name=name,
+        agent="bot",
+        task=f"do {name}",
+        inputs=frozenset({needs} if needs else ()),
+        outputs=frozenset({makes}),
+        **more,
+    )
+
+
+def _alone(name: str, provenance: Provenance = LLM) -> Compound:
+    only = Leaf(key=name, agent="bot", task=f"do {name}", provenance=provenance)
+    return Compound(key="g", name="g", provenance=provenance, children=(only,))
+
+
+def test_what_a_consequential_action_needs_comes_from_the_cheapest_safe_producer() -> None:
+    act = _capability("act", needs="x", makes="y", risk="financial")
+    risky = _capability("risky", makes="x", risk="destructive", cost=1.0)
+    safe = _capability("safe", makes="x", cost=5.0)
+    filled, warnings = fill_preconditions(_alone("act"), (act, risky, safe), {})
+    assert [leaf.key for leaf in filled.iter_leaves()] == ["safe", "act"]
+    assert DagPlan.build(filled).dependencies["act"] == frozenset({"safe"})
+    assert len(warnings) == 1 and "needs x" in warnings[0]
+    # with only a consequential producer the fact stays unprovided: never added on its own
+    assert fill_preconditions(_alone("act"), (act, risky), {}) == (_alone("act"), ())
+    # a fact the case's state holds needs nothing
+    assert fill_preconditions(_alone("act"), (act, safe), {"x": "given"}) == (_alone("act"), ())
+
+
+def test_only_a_consequential_model_planned_action_is_filled_in() -> None:
+    use = _capability("use", needs="x", makes="y")
+    act = _capability("act", needs="x", makes="y", risk="financial")
+    make = _capability("make", makes="x")
+    assert fill_preconditions(_alone("use"), (use, make), {}) == (_alone("use"), ())
+    static = _alone("act", STATIC)
+    assert fill_preconditions(static, (act, make), {}) == (static, ())
