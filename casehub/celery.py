@@ -4,7 +4,13 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import before_task_publish, task_postrun, task_prerun, worker_init
+from celery.signals import (
+    before_task_publish,
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_process_init,
+)
 
 from observability.tracing import attach_context, configure_tracing, detach_context, inject_context
 from web.env import ConfigError
@@ -25,6 +31,29 @@ def _configure_tracing(**kwargs: object) -> None:
     except ConfigError as exc:
         # Celery logs and ignores a handler's exception: a misconfiguration must stop the worker.
         raise SystemExit(f"tracing: {exc}") from exc
+
+
+@worker_init.connect
+@worker_process_init.connect
+def _keep_connections(**kwargs: object) -> None:
+    # A worker's processes keep their database connections from task to task (web/db.py): the
+    # main one (the solo and thread pools run tasks there) and each prefork child.
+    from django.conf import settings
+
+    # Imported once the worker starts: this module loads with the project, before Django is set up.
+    from web.db import keep_connections
+
+    keep_connections(settings.CASEHUB_WORKER_CONN_MAX_AGE)
+
+
+@task_prerun.connect
+def _check_connections(**kwargs: object) -> None:
+    # Celery's Django fixup leaves connections open (CELERY_DB_REUSE_MAX); as Django does at the
+    # start of a request, one that saw an error and no longer works, or outlived its age, closes.
+    from django.db import connections
+
+    for wrapper in connections.all(initialized_only=True):
+        wrapper.close_if_unusable_or_obsolete()
 
 
 # A task continues the trace of whoever sent it (tracing on only; OTel's W3C headers).

@@ -141,6 +141,12 @@ elif env_bool("CASEHUB_DB_PREPARED_STATEMENTS", True):
 # PostgreSQL with two roles (scripts/setup-postgres-roles.sql): migrations run as the tables' owner
 # and leave the application's role, named here, with INSERT and SELECT only on the audit events.
 CASEHUB_DB_APP_ROLE = env_str("CASEHUB_DB_APP_ROLE")
+# Seconds a Celery worker keeps a database connection between tasks (web.db.keep_connections);
+# CONN_MAX_AGE is the web server's.
+CASEHUB_WORKER_CONN_MAX_AGE = env_int("CASEHUB_WORKER_CONN_MAX_AGE", 300, minimum=0)
+# Celery's Django fixup closes every connection after each task unless this many tasks may reuse
+# one; casehub.celery closes them by CASEHUB_WORKER_CONN_MAX_AGE and health instead.
+CELERY_DB_REUSE_MAX = 1_000_000 if CASEHUB_WORKER_CONN_MAX_AGE else None
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

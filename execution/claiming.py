@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from audit.chain import NewEvent, case_chain
 from audit.transitions import Audit, audited
-from execution import dispatch, trust
+from execution import dispatch, rows, trust
 from execution.cases import finish_if_done
 from execution.common import (
     LEAF,
@@ -110,10 +110,14 @@ def mark_ready(
     caller's `audit` block has the event that names them."""
     if case.status not in RUNNING_CASE_STATUSES or case.current_version_id != version.pk:
         return []
-    query = PlanNode.objects.filter(version=version, kind=LEAF, status=NodeStatus.PENDING)
-    if candidates is not None:
-        query = query.filter(pk__in=list(candidates))
-    pending = list(query.select_for_update().order_by("pk"))
+    ids = list(candidates) if candidates is not None else None
+    if ids is not None and connection.vendor == "postgresql":
+        pending = rows.locked_pending(version.pk, ids) if ids else []
+    else:
+        query = PlanNode.objects.filter(version=version, kind=LEAF, status=NodeStatus.PENDING)
+        if ids is not None:
+            query = query.filter(pk__in=ids)
+        pending = list(query.select_for_update().order_by("pk"))
     if not pending:
         return []
     # The candidates are locked above: one statement checks the statuses of the leaves they wait
@@ -366,13 +370,16 @@ def claim_leaf(node_id: int, *, worker: str = "") -> Claim:
 def _claim(node_id: int, worker: str) -> Claim | str:
     # A leaf another transaction holds is being claimed, released or recovered by it, and that
     # one sends or runs it: this message is not waited for (SKIP LOCKED) but refused.
-    node = (
-        PlanNode.objects.select_for_update(of=("self",), skip_locked=True)
-        .select_related("version", "version__case")
-        .annotate(stopped=Exists(ExecutionControl.objects.filter(pk=1, stopped=True)))
-        .filter(pk=node_id, kind=LEAF)
-        .first()
-    )
+    if connection.vendor == "postgresql":
+        node = rows.leaf_with_case(node_id, claiming=True)
+    else:
+        node = (
+            PlanNode.objects.select_for_update(of=("self",), skip_locked=True)
+            .select_related("version", "version__case")
+            .annotate(stopped=Exists(ExecutionControl.objects.filter(pk=1, stopped=True)))
+            .filter(pk=node_id, kind=LEAF)
+            .first()
+        )
     if node is None:
         if PlanNode.objects.filter(pk=node_id, kind=LEAF).exists():
             raise ClaimRefused("the leaf is held by another transaction")
@@ -387,7 +394,7 @@ def _claim(node_id: int, worker: str) -> Claim | str:
     case = node.version.case
     if case.status not in RUNNING_CASE_STATUSES:
         raise ClaimRefused(f"the case is {case.status}")
-    if node.stopped:
+    if node.stopped:  # type: ignore[attr-defined]
         raise ClaimRefused("execution is stopped")
     with audited(chain=case_chain(case.pk)) as audit:
         taken = take_leaf(node, case, worker, audit=audit)

@@ -10,12 +10,12 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import connection, transaction
-from django.db.models import Exists, Model
+from django.db.models import Exists
 from django.utils import timezone
 
 from audit.chain import NewEvent, append_event, case_chain
 from audit.transitions import Audit, audited
-from execution import dispatch
+from execution import dispatch, rows
 from execution.cases import end_case, fail_and_block, finish_if_done
 from execution.claiming import NewAttempt, claim_data, mark_ready, release_ready, take_leaf
 from execution.common import (
@@ -34,7 +34,7 @@ from execution.replanning import replan_failed_leaf
 from execution.trust_actions import outcome_increment, record_outcome
 from oversight.actions.opening import open_escalation_gate
 from oversight.models import OPEN_GATE_STATUSES, Gate
-from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
+from planning.models import Case, CaseStatus, NodeStatus, PlanNode
 from planning.transitions import move_node, move_nodes
 from web.db import prepared_cursor
 
@@ -50,8 +50,10 @@ def locked_attempt(node_id: int, attempt: int, *, share: bool = False) -> tuple[
     side by side (a cancel or an edit still waits for them, and they for it).
     """
     if share and connection.vendor == "postgresql":
-        node = _node_and_shared_case(node_id)
-        case = node.version.case
+        found = rows.leaf_with_case(node_id, claiming=False)
+        if found is None:
+            raise PlanNode.DoesNotExist(f"no plan leaf {node_id}")
+        node, case = found, found.version.case
     else:
         stopped = Exists(ExecutionControl.objects.filter(pk=1, stopped=True))
         node = (
@@ -72,52 +74,6 @@ def locked_attempt(node_id: int, attempt: int, *, share: bool = False) -> tuple[
             attempt=attempt,
         )
     return node, case
-
-
-def _columns(alias: str, model: type[Model]) -> str:
-    return ", ".join(f'{alias}."{field.column}"' for field in model._meta.concrete_fields)
-
-
-def _from_row(model: type[Model], values: Sequence[Any]) -> Any:
-    """Return the model instance of a row's values, converted as the ORM converts them."""
-    fields = model._meta.concrete_fields
-    converted = [
-        field.from_db_value(value, None, connection) if hasattr(field, "from_db_value") else value
-        for field, value in zip(fields, values, strict=True)
-    ]
-    return model.from_db(connection.alias, [field.attname for field in fields], converted)
-
-
-# The leaf (locked FOR UPDATE) with its version and case (locked FOR SHARE) and the stop switch,
-# in one statement: PostgreSQL locks the rows in the order the FROM clause names them, the
-# node's first (docs/architecture.md, lock order). Written out, not built by the ORM: compiling
-# the select_related query cost about a millisecond of the worker's CPU on every completion.
-_NODE_AND_SHARED_CASE_SQL = (
-    f"SELECT {_columns('n', PlanNode)}, {_columns('v', PlanVersion)}, {_columns('c', Case)}, "  # noqa: S608
-    f'EXISTS (SELECT 1 FROM "{ExecutionControl._meta.db_table}" x WHERE x.id = 1 AND x.stopped) '
-    f'FROM "{PlanNode._meta.db_table}" n '
-    f'JOIN "{PlanVersion._meta.db_table}" v ON v.id = n.version_id '
-    f'JOIN "{Case._meta.db_table}" c ON c.id = v.case_id '
-    "WHERE n.id = %s FOR UPDATE OF n FOR SHARE OF c"
-)
-
-
-def _node_and_shared_case(node_id: int) -> PlanNode:
-    """Return the leaf (locked FOR UPDATE) with its version and case (locked FOR SHARE) set, and
-    the stop switch as its `stopped`: one prepared statement (`_NODE_AND_SHARED_CASE_SQL`)."""
-    with prepared_cursor() as cursor:
-        cursor.execute(_NODE_AND_SHARED_CASE_SQL, [node_id])
-        row = cursor.fetchone()
-    if row is None:
-        raise PlanNode.DoesNotExist(f"no plan node {node_id}")
-    nodes = len(PlanNode._meta.concrete_fields)
-    versions = nodes + len(PlanVersion._meta.concrete_fields)
-    node = _from_row(PlanNode, row[:nodes])
-    version = _from_row(PlanVersion, row[nodes:versions])
-    version.case = _from_row(Case, row[versions:-1])
-    node.version = version
-    node.stopped = bool(row[-1])
-    return node
 
 
 def _share_locked_case(case_id: int) -> Case:
@@ -339,14 +295,17 @@ def _claim_next(
     The first leaf the completion released (locked already), or else another ready leaf of the
     same version no other transaction holds (SKIP LOCKED; its queued message then finds it taken).
     """
-    nxt = (
-        kept[0]
-        if kept
-        else PlanNode.objects.select_for_update(of=("self",), skip_locked=True)
-        .filter(version_id=node.version_id, kind=LEAF, status=NodeStatus.READY)
-        .order_by("position")  # the plan's order, as start_execution sends them
-        .first()
-    )
+    if kept:
+        nxt: PlanNode | None = kept[0]
+    elif connection.vendor == "postgresql":
+        nxt = rows.next_ready(node.version_id)
+    else:
+        nxt = (
+            PlanNode.objects.select_for_update(of=("self",), skip_locked=True)
+            .filter(version_id=node.version_id, kind=LEAF, status=NodeStatus.READY)
+            .order_by("position")  # the plan's order, as start_execution sends them
+            .first()
+        )
     if nxt is None:
         return None
     nxt.version = node.version
@@ -357,6 +316,8 @@ def _claim_next(
 def _open_work(case: Case) -> bool:
     """Tell whether the case's current version still has an open leaf or an open gate."""
     version_id = case.current_version_id
+    if version_id is not None and connection.vendor == "postgresql":
+        return rows.open_work(version_id)
     return (
         PlanNode.objects.filter(
             version_id=version_id, kind=LEAF, status__in=OPEN_LEAF_STATUSES

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
-from django.db import connection
+from django.db import connection, connections
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
+from django.db.models import Model
 
 
 class _PreparingCursor(psycopg.Cursor[Any]):
@@ -47,3 +49,37 @@ def prepared_cursor() -> Any:
     if connection.queries_logged:
         return _PreparedDebugWrapper(raw, connection)
     return CursorWrapper(raw, connection)
+
+
+def columns(alias: str, model: type[Model]) -> str:
+    """Return the model's columns as a written-out statement selects them (`from_row` reads
+    them back), each qualified by the table's `alias`."""
+    return ", ".join(f'{alias}."{field.column}"' for field in model._meta.concrete_fields)
+
+
+def from_row(model: type[Model], values: Sequence[Any]) -> Any:
+    """Return the model instance of a row's values (`columns`), converted as the ORM converts
+    them."""
+    fields = model._meta.concrete_fields
+    converted = [
+        field.from_db_value(value, None, connection) if hasattr(field, "from_db_value") else value
+        for field, value in zip(fields, values, strict=True)
+    ]
+    return model.from_db(connection.alias, [field.attname for field in fields], converted)
+
+
+def keep_connections(seconds: int | None) -> None:
+    """Keep this process's database connections open `seconds` between uses (None: for ever).
+
+    Django's own setting (`CONN_MAX_AGE`) serves the web server, where `0` closes a connection
+    at the end of each request. A Celery worker closes its connections after every task by the
+    same setting: a new connection a task, its backend process started by the server and its
+    prepared statements prepared again. A worker keeps them instead (health-checked before reuse,
+    and closed by the worker after a task that saw a database error).
+    """
+    for alias in connections:
+        connections.settings[alias]["CONN_MAX_AGE"] = seconds
+        wrapper = connections[alias]
+        wrapper.settings_dict["CONN_MAX_AGE"] = seconds
+        if wrapper.connection is not None:
+            wrapper.close_at = None

@@ -356,8 +356,9 @@ def test_a_cancelled_cases_result_says_who_cancelled_it_and_why(analyst: Any, of
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared statements")
 def test_a_leafs_hot_statements_are_prepared_once_per_connection(analyst, officer):
-    """The claim's facts, the release of dependents, the attempt's end and the audit append are
-    bound on the server and prepared by the first leaf; the leaves after it reuse them."""
+    """The claim with its facts, the completion's read, the lock and release of dependents, the
+    attempt's end, the check for open work and the audit append are bound on the server and
+    prepared by the first leaf; the leaves after it reuse them."""
 
     def prepared() -> dict[str, int]:
         with connection.cursor() as cursor:
@@ -368,6 +369,10 @@ def test_a_leafs_hot_statements_are_prepared_once_per_connection(analyst, office
             "release": "jsonb_array_elements_text(n.depends_on)",
             "attempt ended": '"ended" AS (UPDATE',
             "audit append": "WITH old AS (SELECT chain, seq, head_hash",
+            "leaf claimed": "FOR UPDATE OF n SKIP LOCKED",
+            "leaf completed": "FOR UPDATE OF n FOR SHARE OF c",
+            "dependents locked": "ORDER BY n.id FOR UPDATE OF n",
+            "open work": "WHERE g.version_id = $4 AND g.status = ANY($5)",
         }
         return {name: sum(mark in text for text in texts) for name, mark in marks.items()}
 

@@ -43,3 +43,23 @@ def test_a_worker_stopped_cleanly_takes_its_heartbeat_and_health_degrades(worker
     response = Client().get("/health")
     assert response.status_code == 503
     assert response.json()["worker"] == {"ok": False, "alive": 0, "workers": []}
+
+
+def _sessions() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+        (sessions,) = cursor.fetchone()
+    return int(sessions)
+
+
+def test_a_worker_keeps_its_database_connections_from_task_to_task(worker_process) -> None:
+    # Celery's Django fixup would close them after every task: a new server process a task.
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL counts the sessions opened on a database")
+    personas.analyst("kept")
+    ping.apply_async(args=["kept"]).get(timeout=30)
+    before = _sessions()
+    for _ in range(24):
+        ping.apply_async(args=["kept"]).get(timeout=30)
+    # The worker's pool has four threads, each with a connection of its own, opened once.
+    assert _sessions() - before <= 4
