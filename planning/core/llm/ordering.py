@@ -49,11 +49,8 @@ def order_pack_actions(
 
     A tree that is not a valid plan is returned unchanged (its validation reports it).
     """
-    if not actions:
-        return root, ()
-    try:
-        plan = DagPlan.build(root)
-    except PlanInvalid:
+    plan = _plan_of(root, actions)
+    if plan is None:
         return root, ()
     placed = [
         (leaf, action) for leaf in plan.leaves if (action := _action_of(leaf, actions)) is not None
@@ -175,11 +172,8 @@ def fill_preconditions(
     destructive one) on its own; such a fact stays unprovided. The added leaves go just before
     the action, which waits for them. A tree that is not a valid plan is returned unchanged.
     """
-    if not actions:
-        return root, ()
-    try:
-        plan = DagPlan.build(root)
-    except PlanInvalid:
+    plan = _plan_of(root, actions)
+    if plan is None:
         return root, ()
     by_key = {leaf.key: leaf for leaf in plan.leaves}
     placed = {
@@ -240,3 +234,13 @@ def fill_preconditions(
             "domain pack's cheapest way to it that places no consequential step"
         )
     return root, tuple(warnings)
+
+
+def _plan_of(root: Compound, actions: Sequence[Any]) -> DagPlan | None:
+    """Return the tree's plan, or None when there are no actions or it is not a valid plan."""
+    if not actions:
+        return None
+    try:
+        return DagPlan.build(root)
+    except PlanInvalid:
+        return None
