@@ -11,6 +11,8 @@ from pydantic import ValidationError
 
 from eval.dataset import EvalGoal, catalogue_for, load_goals
 from eval.scoring import validity_failures
+from planning.core.refs import is_ref
+from planning.core.tree import thaw
 
 GOALS = load_goals()
 
@@ -42,6 +44,19 @@ def test_every_reference_is_valid_against_its_constraints_and_its_pack(goal: Eva
     assert validity_failures(plan, catalogue, goal.constraints, check_inputs=False) == []
     forbidden = set(goal.constraints.forbidden_tools)
     assert not forbidden & {leaf.tool for leaf in plan.leaves}
+
+
+@pytest.mark.parametrize("goal", [g for g in GOALS if g.pack], ids=lambda goal: goal.id)
+def test_every_action_a_pack_offers_for_a_goal_has_inputs_its_tool_accepts(goal: EvalGoal) -> None:
+    # an action offered to the planner with inputs its tool refuses (a log collection without
+    # hosts) could only make a plan the catalogue check rejects
+    pack = goal.domain_pack
+    assert pack is not None
+    for action in pack.capabilities_for(goal.state()):
+        inputs = thaw(action.tool_inputs)
+        if action.tool is None or any(is_ref(value) for value in inputs.values()):
+            continue
+        pack.tool(action.tool).input_model.model_validate(inputs)
 
 
 def test_inputs_the_pack_s_form_refuses_are_refused() -> None:

@@ -5,8 +5,9 @@ outage wants `recovery_announced` (and, at sev1, an `outage_announced` alert sen
 fail-over runs); a breach wants `attack_path_known` and `containment_announced`, which run side
 by side once the hosts are isolated. Any other kind wants `incident_resolved`, which no
 capability produces, so the goal-oriented planner raises `NoMethodMatched` just as the static
-methods do. Without affected hosts nothing can be isolated, so a breach has no goal-oriented
-plan either.
+methods do. Without affected hosts nothing can be isolated and no logs collected (both tools
+need at least one host), so neither capability is offered and a breach has no goal-oriented plan
+either.
 """
 
 from __future__ import annotations
@@ -50,9 +51,6 @@ def capabilities(state: Mapping[str, Any]) -> tuple[Capability, ...]:
             outputs={"recovery_announced"},
         ),
         Capability.from_step(
-            leaves.collect_logs(hosts), inputs={"hosts_isolated"}, outputs={"logs_collected"}
-        ),
-        Capability.from_step(
             leaves.analyse_attack_path(),
             inputs={"logs_collected"},
             outputs={"attack_path_known"},
@@ -71,13 +69,18 @@ def capabilities(state: Mapping[str, Any]) -> tuple[Capability, ...]:
         ),
     ]
     if hosts:
-        caps.append(
+        # both tools act on named hosts: without any, neither is offered (to the goal-oriented
+        # planner or, as the pack's actions, to the LLM)
+        caps += [
             Capability.from_step(
                 leaves.isolate_systems(hosts),
                 inputs={"affected_hosts"},
                 outputs={"hosts_isolated"},
-            )
-        )
+            ),
+            Capability.from_step(
+                leaves.collect_logs(hosts), inputs={"hosts_isolated"}, outputs={"logs_collected"}
+            ),
+        ]
     return tuple(caps)
 
 

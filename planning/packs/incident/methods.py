@@ -3,7 +3,9 @@
 A database outage fails over, verifies connectivity and notifies stakeholders; a security
 breach isolates the systems, runs a forensic analysis and announces the containment. Any
 other incident kind has no method on purpose, so hybrid planning asks the LLM for that
-subtree.
+subtree. Both the breach and its forensics from the hosts' logs need affected hosts: without
+any, nothing can be isolated and there are no logs to collect, so no method applies and hybrid
+planning asks the LLM (which is not offered those tools either, `goals`).
 """
 
 from __future__ import annotations
@@ -77,6 +79,11 @@ METHODS = MethodLibrary(
             guard=lambda s: s.get("kind") == SECURITY_BREACH and bool(s.get("affected_hosts")),
             decompose=_breach,
         ),
-        Method(name="forensics-from-logs", task="forensic-analysis", decompose=_forensics),
+        Method(
+            name="forensics-from-logs",
+            task="forensic-analysis",
+            guard=lambda s: bool(s.get("affected_hosts")),
+            decompose=_forensics,
+        ),
     ]
 )

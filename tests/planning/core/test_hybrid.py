@@ -13,6 +13,7 @@ from planning.core.llm.decomposition import LlmDecomposition
 from planning.core.llm.records import LlmNotConfigured
 from planning.core.static import Item, Method, MethodLibrary, StaticDecomposition, Step, TaskRef
 from planning.core.tree import Goal
+from planning.core.validation import validate_plan
 from planning.packs.incident import PACK as INCIDENT
 from tests.fakes import fixtures
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -159,6 +160,43 @@ def test_a_breach_without_affected_hosts_names_the_failed_methods(
     state = INCIDENT.initial_state({"kind": "security-breach", "service": "orders-db"})
     hybrid(fake_openai).plan(INCIDENT.goal(), state)
     assert "security-breach-response" in fake_openai.requests[0].user_prompt
+
+
+def test_a_breach_without_hosts_is_offered_no_host_tools_and_plans_forensics_itself(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    # no host is named: the forensics method (collect the hosts' logs) does not apply, and
+    # neither isolation, log collection nor the containment notice is offered as an action
+    fake_openai.responder = by_goal(
+        {
+            "respond-to-incident": answer(
+                leaf("find-hosts", "incident-commander", "identify the affected hosts"),
+                subtask("forensics", "forensic-analysis", "find out how the attack worked"),
+            ),
+            "forensic-analysis": answer(
+                leaf("read-report", "forensic-analyst", "analyse the researcher's report")
+            ),
+        }
+    )
+    state = INCIDENT.initial_state({"kind": "security-breach", "service": "portal"})
+    llm = LlmDecomposition(
+        make_client(fake_openai), INCIDENT.agents, actions=INCIDENT.capabilities_for
+    )
+    plan = HybridDecomposition(StaticDecomposition(INCIDENT.methods), llm).plan(
+        INCIDENT.goal(), state
+    )
+    assert sorted(goal_of(r) for r in fake_openai.requests) == [
+        "forensic-analysis",
+        "respond-to-incident",
+    ]
+    for request in fake_openai.requests:
+        for name in ("isolate-systems", "collect-logs", "announce-containment"):
+            assert f"- {name}: " not in request.user_prompt
+    forensics = next(r for r in fake_openai.requests if goal_of(r) == "forensic-analysis")
+    assert "forensics-from-logs" in forensics.user_prompt  # the method tried, in the hint
+    assert [leaf.key for leaf in plan.leaves] == ["find-hosts", "forensics.read-report"]
+    assert not {leaf.tool for leaf in plan.leaves} - {None}
+    validate_plan(plan, INCIDENT.catalogue())
 
 
 def test_other_static_errors_propagate_without_calling_the_llm(

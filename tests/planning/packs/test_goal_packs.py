@@ -378,6 +378,18 @@ def test_breach_without_affected_hosts_has_no_goal_plan():
     assert exc.value.task == "respond-to-incident"
 
 
+def test_breach_without_affected_hosts_offers_neither_isolation_nor_log_collection():
+    # both tools need at least one host: offering them would plan a leaf their input model refuses
+    state = incident.PACK.initial_state({"kind": "security-breach", "service": "web"})
+    names = {cap.name for cap in incident.PACK.capabilities_for(state)}
+    assert not names & {"isolate-systems", "collect-logs"}
+    with_hosts = incident.PACK.initial_state(
+        {"kind": "security-breach", "service": "web", "affected_hosts": ["web-2"]}
+    )
+    names = {cap.name for cap in incident.PACK.capabilities_for(with_hosts)}
+    assert {"isolate-systems", "collect-logs"} <= names
+
+
 def test_other_incident_kinds_have_no_goal_plan():
     state = incident.PACK.initial_state({"kind": "ddos", "service": "web"})
     assert incident.PACK.goal_facts_for(state) == {"respond-to-incident": {"incident_resolved"}}
