@@ -16,7 +16,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -49,6 +49,7 @@ __all__ = [
     "GENESIS_HASH",
     "SYSTEM_CHAIN",
     "Actor",
+    "Along",
     "ChainProblem",
     "NewEvent",
     "append_event",
@@ -146,20 +147,30 @@ def append_event(
     return append_events([NewEvent(action, actor, data)], chain=chain)[0]
 
 
-def append_events(events: Sequence[NewEvent], *, chain: str = SYSTEM_CHAIN) -> list[AuditEvent]:
+def append_events(
+    events: Sequence[NewEvent], *, chain: str = SYSTEM_CHAIN, along: Along | None = None
+) -> list[AuditEvent]:
     """Append several events to one chain, in order, in one go inside the caller's transaction.
 
     The same events as that many `append_event` calls in a row, in two statements however many
     there are: for a business transaction that writes several events to a chain. Raises
-    ValueError as append_event does, before anything is written.
+    ValueError as append_event does, before anything is written. `along` (PostgreSQL) is the
+    caller's writes to run with them: in the same statement as one event's append, before the
+    appends otherwise.
     """
     pending = [_prepared(event) for event in events]
+    if along is not None and connection.vendor != "postgresql":
+        raise ValueError("writes along an append are PostgreSQL statements")
     if not pending:
+        if along is not None:
+            _run_along(along)
         return []
     if len(pending) == 1 and connection.vendor == "postgresql":
-        one = _append_one(chain, *pending[0])
+        one = _append_one(chain, *pending[0], along=along)
         count_on_commit([(one.action, one.data)])
         return [one]
+    if along is not None:
+        _run_along(along)
     # No savepoint: an append that fails marks the caller's transaction for rollback instead.
     # Prepared on PostgreSQL: the head's statement once, the insert once per batch size.
     cursor_of = prepared_cursor if connection.vendor == "postgresql" else connection.cursor
@@ -206,6 +217,34 @@ def append_events(events: Sequence[NewEvent], *, chain: str = SYSTEM_CHAIN) -> l
     # The metrics count what commits: nothing of a transaction that rolls back.
     count_on_commit([(event.action, event.data) for event in rows])
     return rows
+
+
+@dataclass(slots=True, kw_only=True)
+class Along:
+    """A caller's writes that an append runs in its own statement (PostgreSQL): one round trip
+    for both, in the caller's transaction.
+
+    `ctes` are data-modifying common table expressions (`name AS (UPDATE … RETURNING 1)`) with
+    named parameters (`%(name)s`, not clashing with the append's: chain, before, between,
+    after, time, kind, label, user, action, data). `first` names the one whose rows are written
+    before the chain's head is locked (the caller's lock order); the others run when the
+    statement ends. After the append, `count` is the number of rows `first` returned.
+    """
+
+    ctes: Sequence[str]
+    params: Mapping[str, Any]
+    first: str
+    count: int | None = field(default=None)
+
+
+def _run_along(along: Along) -> None:
+    """Run `along`'s writes in a statement of their own (when they are not run with an append)."""
+    with prepared_cursor() as cursor:
+        cursor.execute(
+            f"WITH {', '.join(along.ctes)} SELECT count(*) FROM {along.first}",  # noqa: S608
+            along.params,
+        )
+        (along.count,) = cursor.fetchone()
 
 
 def _prepared(event: NewEvent) -> tuple[Actor, str, dict[str, Any], str]:
@@ -257,10 +296,35 @@ _APPEND_ONE = (
 )
 
 
+# `_APPEND_ONE` with a caller's writes (`Along`) in front: the head's lock waits for the rows
+# of `first`, and the statement returns one row even for a chain with no head yet (its id NULL).
+_APPEND_ALONG = (
+    "WITH {ctes}, old AS (SELECT chain, seq, head_hash FROM {head} "
+    "WHERE chain = %(chain)s AND (SELECT count(*) FROM {first}) >= 0 FOR UPDATE), "
+    "head AS (UPDATE {head} AS h SET seq = old.seq + 1, head_hash = encode(sha256("
+    "convert_to(%(before)s::text || old.head_hash || %(between)s::text || (old.seq + 1)::text "
+    "|| %(after)s::text, 'UTF8')), 'hex') FROM old WHERE h.chain = old.chain "
+    "RETURNING h.seq, old.head_hash AS prev_hash, h.head_hash), "
+    "ins AS (INSERT INTO {event} ({columns}) "
+    "SELECT %(chain)s::text, head.seq, %(time)s::timestamptz, %(kind)s::text, %(label)s::text, "
+    "%(user)s::bigint, %(action)s::text, %(data)s::jsonb, head.prev_hash, head.head_hash "
+    "FROM head RETURNING id, seq, prev_hash, hash) "
+    "SELECT ins.id, ins.seq, ins.prev_hash, ins.hash, (SELECT count(*) FROM {first}) "
+    "FROM (SELECT 1) AS one LEFT JOIN ins ON true"
+)
+
+
 def _append_one(
-    chain: str, who: Actor, action: str, payload: dict[str, Any], text: str
+    chain: str,
+    who: Actor,
+    action: str,
+    payload: dict[str, Any],
+    text: str,
+    *,
+    along: Along | None = None,
 ) -> AuditEvent:
-    """Append one event in one statement (PostgreSQL); see `_APPEND_ONE`.
+    """Append one event in one statement (PostgreSQL); see `_APPEND_ONE`, and `Along` for the
+    caller's writes run in it.
 
     A chain's first event creates its head first (one more statement, once per chain).
     """
@@ -278,7 +342,10 @@ def _append_one(
         "action": action,
         "data": text,
     }
-    if connection.get_autocommit() and not connection.in_atomic_block:
+    if along is not None:
+        with transaction.atomic(savepoint=False), prepared_cursor() as cursor:
+            row = _execute_along(cursor, chain, params, along)
+    elif connection.get_autocommit() and not connection.in_atomic_block:
         # Outside any transaction the statement is a transaction of its own: one round trip,
         # no BEGIN and COMMIT around it (a new chain's head, seq 0, is harmless on its own).
         with prepared_cursor() as cursor:
@@ -304,6 +371,28 @@ def _append_one(
     event._state.adding = False
     event._state.db = connection.alias
     return event
+
+
+def _execute_along(cursor: Any, chain: str, params: dict[str, Any], along: Along) -> Any:
+    """Run `_APPEND_ALONG` and return the event's row; `along.count` is set. For a chain with no
+    head the caller's writes ran already: the head is created and the event appended alone."""
+    sql = _APPEND_ALONG.format(
+        ctes=", ".join(along.ctes),
+        head=_HEAD_TABLE,
+        first=along.first,
+        event=_EVENT_TABLE,
+        columns=_EVENT_COLUMNS_SQL,
+    )
+    if along.params.keys() & params.keys():
+        raise ValueError(
+            f"parameters of writes along an append clash: {along.params.keys() & params.keys()}"
+        )
+    cursor.execute(sql, {**along.params, **params})
+    *row, count = cursor.fetchone()
+    along.count = int(count)
+    if row[0] is None:
+        return _execute_append(cursor, chain, params)
+    return row
 
 
 def _execute_append(cursor: Any, chain: str, params: Mapping[str, Any]) -> Any:

@@ -25,7 +25,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Model, QuerySet
 
-from audit.chain import NewEvent, append_events
+from audit.chain import Along, NewEvent, append_events
 from web.db import prepared_cursor
 
 __all__ = [
@@ -135,12 +135,13 @@ class Moved:
 class Audit:
     """The audit events of one `audited` block and the status moves they cover."""
 
-    __slots__ = ("_appended", "_open", "_pending", "chain", "moved")
+    __slots__ = ("_along", "_appended", "_open", "_pending", "chain", "moved")
 
     def __init__(self, chain: str) -> None:
         self.chain = chain
         self.moved: list[Moved] = []
         self._pending: list[NewEvent] = []
+        self._along: Along | None = None
         self._appended = 0
         self._open = True
 
@@ -155,6 +156,15 @@ class Audit:
         if now:
             self._flush()
 
+    def along(self, writes: Along) -> None:
+        """Run the caller's `writes` with the block's next append (PostgreSQL: in one statement
+        when that append is of one event; `audit.chain.Along`). Their row count is in
+        `writes.count` once the block has ended."""
+        self.require_open()
+        if self._along is not None:
+            raise RuntimeError("an audited block runs one set of writes along its append")
+        self._along = writes
+
     def cover(self, moved: Iterable[Moved]) -> None:
         """Record moves the block's events cover (the move functions call it)."""
         self.require_open()
@@ -166,10 +176,11 @@ class Audit:
             raise RuntimeError("the audited block of this move has ended")
 
     def _flush(self) -> None:
-        if self._pending:
-            append_events(self._pending, chain=self.chain)
+        if self._pending or self._along is not None:
+            append_events(self._pending, chain=self.chain, along=self._along)
             self._appended += len(self._pending)
             self._pending = []
+            self._along = None
 
     def _close(self) -> None:
         self._open = False

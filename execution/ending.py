@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from django.db.models import Exists
 from django.utils import timezone
 
-from audit.chain import NewEvent, append_event, case_chain
+from audit.chain import Along, NewEvent, append_event, case_chain
 from audit.transitions import Audit, audited
 from execution import dispatch, rows
 from execution.cases import end_case, fail_and_block, finish_if_done
@@ -36,7 +36,6 @@ from oversight.actions.opening import open_escalation_gate
 from oversight.models import OPEN_GATE_STATUSES, Gate
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
 from planning.transitions import move_node, move_nodes
-from web.db import prepared_cursor
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +215,9 @@ def _complete(
                         dispatch.enqueue_leaf(other.pk)
             # The rows every completion of the case shares (the agent's trust, the chain head)
             # are locked last, so completions run side by side until there.
-            _record_attempts(node, attempt, started, now=now)
+            along = _record_attempts(node, attempt, started, now=now)
+            if along is not None:
+                audit.along(along)
             data: dict[str, Any] = {
                 "node": node.key,
                 "attempt": attempt,
@@ -230,6 +231,9 @@ def _complete(
                 # This worker runs it next: its claim is audited here, not in an event of its own.
                 data["claimed"] = claim_data(claimed, worker)
             audit.add(NewEvent("execution.leaf.succeeded", node.agent or None, data))
+        if along is not None and not along.count:
+            # The agent's first outcome: its trust rows are created (the increment changed none).
+            record_outcome(node.agent, "succeeded", now=now)
         # The chain head is held from here to the commit: a completion that ends after this one
         # waits for it and sees it, so the last one to end sees nothing open and ends the case.
         # Its case row lock goes from SHARE to UPDATE then; no other completion of the version
@@ -247,10 +251,13 @@ def _complete(
 
 def _record_attempts(
     node: PlanNode, attempt: int, started: Sequence[NewAttempt], *, now: datetime
-) -> None:
+) -> Along | None:
     """End the succeeded attempt, insert the attempt of the leaf claimed next, and add the success
-    to the agent's trust (its rows locked last but the chain head's): one statement on
-    PostgreSQL."""
+    to the agent's trust (its rows locked last but the chain head's).
+
+    On PostgreSQL these are returned as writes for the completion's audit append to run in its
+    statement (`audit.chain.Along`: one round trip for all); elsewhere they are done here.
+    """
     if connection.vendor != "postgresql":
         end_attempt(node, attempt, LeafAttempt.Outcome.SUCCEEDED)
         for new in started:
@@ -258,27 +265,35 @@ def _record_attempts(
                 node_id=new.node_id, number=new.number, worker=new.worker, started_at=new.started_at
             )
         record_outcome(node.agent, "succeeded", now=now)
-        return
+        return None
     table = LeafAttempt._meta.db_table
     ctes = [
-        f'"ended" AS (UPDATE "{table}" SET "outcome" = %s, "finished_at" = %s '  # noqa: S608
-        'WHERE "node_id" = %s AND "number" = %s RETURNING 1)'
+        f'"ended" AS (UPDATE "{table}" SET "outcome" = %(ended_outcome)s, '  # noqa: S608
+        '"finished_at" = %(ended_at)s WHERE "node_id" = %(ended_node)s '
+        'AND "number" = %(ended_number)s RETURNING 1)'
     ]
-    params: list[Any] = [LeafAttempt.Outcome.SUCCEEDED, now, node.pk, attempt]
+    params: dict[str, Any] = {
+        "ended_outcome": LeafAttempt.Outcome.SUCCEEDED,
+        "ended_at": now,
+        "ended_node": node.pk,
+        "ended_number": attempt,
+    }
     for i, new in enumerate(started):
         ctes.append(
             f'"started{i}" AS (INSERT INTO "{table}" ("node_id", "number", "worker", '  # noqa: S608
             '"started_at", "finished_at", "outcome", "error_class", "error") '
-            "VALUES (%s, %s, %s, %s, NULL, %s, '', '') RETURNING 1)"
+            f"VALUES (%(started{i}_node)s, %(started{i}_number)s, %(started{i}_worker)s, "
+            f"%(started{i}_at)s, NULL, %(started{i}_outcome)s, '', '') RETURNING 1)"
         )
-        params += [new.node_id, new.number, new.worker, new.started_at, LeafAttempt.Outcome.RUNNING]
+        params |= {
+            f"started{i}_node": new.node_id,
+            f"started{i}_number": new.number,
+            f"started{i}_worker": new.worker,
+            f"started{i}_at": new.started_at,
+            f"started{i}_outcome": LeafAttempt.Outcome.RUNNING,
+        }
     increment, more = outcome_increment(node.agent, "succeeded", now=now)
-    with prepared_cursor() as cursor:
-        cursor.execute(f"WITH {', '.join(ctes)} {increment}", [*params, *more])
-        changed = cursor.rowcount
-    if not changed:
-        # The agent's first outcome: its trust rows are created (the increment changed none).
-        record_outcome(node.agent, "succeeded", now=now)
+    return Along(ctes=[*ctes, increment], params=params | more, first="trust")
 
 
 def _claim_next(

@@ -41,21 +41,29 @@ def effective_trust(
 
 
 def outcome_increment(
-    agent_slug: str, outcome: trust.Outcome, *, now: datetime
-) -> tuple[str, list[Any]]:
-    """Return the UPDATE (SQL and parameters) that `record_outcome` runs first, for a caller
-    that runs it with other writes in one statement; when it changes no row, the caller calls
-    `record_outcome` (the agent's first outcome creates its rows). Raises ValueError as it does.
+    agent_slug: str, outcome: trust.Outcome, *, now: datetime, name: str = "trust"
+) -> tuple[str, dict[str, Any]]:
+    """Return the UPDATE that `record_outcome` runs first as a common table expression `name`
+    returning a row per score it changed (SQL with named parameters, and the parameters), for a
+    caller that runs it with other writes in one statement; when it changes no row, the caller
+    calls `record_outcome` (the agent's first outcome creates its rows). Raises ValueError as it
+    does.
     """
     if outcome not in trust.OUTCOMES:
         raise ValueError(f"unknown outcome {outcome!r}")
     column = "successes" if outcome == "succeeded" else "failures"
     scores, agents = TrustScore._meta.db_table, Agent._meta.db_table
     sql = (
-        f'UPDATE "{scores}" SET "{column}" = "{column}" + %s, "updated_at" = %s '  # noqa: S608
-        f'WHERE "agent_id" IN (SELECT "id" FROM "{agents}" WHERE "slug" = %s)'
+        f'"{name}" AS (UPDATE "{scores}" SET "{column}" = "{column}" + %({name}_weight)s, '  # noqa: S608
+        f'"updated_at" = %({name}_now)s WHERE "agent_id" IN '
+        f'(SELECT "id" FROM "{agents}" WHERE "slug" = %({name}_agent)s) RETURNING 1)'
     )
-    return sql, [trust.weight(now.timestamp()), now, agent_slug]
+    params = {
+        f"{name}_weight": trust.weight(now.timestamp()),
+        f"{name}_now": now,
+        f"{name}_agent": agent_slug,
+    }
+    return sql, params
 
 
 def record_outcome(agent_slug: str, outcome: trust.Outcome, *, now: datetime) -> None:

@@ -305,3 +305,58 @@ def test_an_append_outside_a_transaction_is_one_statement_and_its_own_transactio
     assert AuditChainHead.objects.get(chain=chain).seq == 2
     assert append_event("case.step", chain=chain).seq == 3
     assert verify_chain(chain) == []
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="writes along an append")
+def test_writes_along_an_append_run_in_its_statement_with_their_row_count() -> None:
+    """A caller's writes ride with one event's append (one statement): they are done, their
+    count comes back, and the chain stays whole; for a chain with no head yet they run once."""
+    from django.test.utils import CaptureQueriesContext
+
+    from audit.chain import Along
+    from audit.transitions import audited
+
+    def bump(name: str, chain: str) -> Along:
+        # a write on the heads table itself: the other chain's head, one row
+        sql = (
+            f'"{name}" AS (UPDATE "{AuditChainHead._meta.db_table}" SET seq = seq '
+            f"WHERE chain = %({name}_chain)s RETURNING 1)"
+        )
+        return Along(ctes=[sql], params={f"{name}_chain": chain}, first=name)
+
+    other = case_chain(41)
+    append_event("case.created", chain=other)
+    chain = case_chain(40)
+    append_event("case.created", chain=chain)
+    writes = bump("b", other)
+    with CaptureQueriesContext(connection) as queries, audited(chain=chain) as audit:
+        audit.along(writes)
+        audit.add(NewEvent("case.updated", None, {"n": 1}))
+    assert writes.count == 1
+    assert [q["sql"][:10] for q in queries.captured_queries] == ['WITH "b" A']
+    assert AuditChainHead.objects.get(chain=chain).seq == 2
+    # a chain with no head: the writes run once, then the head is made and the event appended
+    fresh = case_chain(42)
+    missing = bump("m", case_chain(43))
+    with audited(chain=fresh) as audit:
+        audit.along(missing)
+        audit.add(NewEvent("case.created", None, {}))
+    assert missing.count == 0
+    # several events: the writes run first, in a statement of their own
+    many = bump("x", other)
+    with audited(chain=chain) as audit:
+        audit.along(many)
+        audit.add(NewEvent("case.a", None, {}), NewEvent("case.b", None, {}))
+    assert many.count == 1
+    with pytest.raises(ValueError, match="clash"), transaction.atomic():
+        clash = Along(
+            ctes=[bump("c", other).ctes[0]], params={"c_chain": other, "data": 1}, first="c"
+        )
+        with audited(chain=chain) as audit:
+            audit.along(clash)
+            audit.add(NewEvent("case.c", None, {}))
+    for name in (chain, fresh, other):
+        assert verify_chain(name) == []
+    assert AuditChainHead.objects.get(chain=chain).seq == 4
+    assert AuditChainHead.objects.get(chain=fresh).seq == 1
