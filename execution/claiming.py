@@ -31,7 +31,7 @@ from execution.models import ExecutionControl, LeafAttempt, TrustScore
 from execution.trust_actions import effective_trust
 from oversight.actions.gate_policy import active_policy, policy_settings
 from oversight.actions.opening import open_escalation_gate, reopen_gate
-from oversight.models import Gate, GateKind, GateStatus, PolicyVersion
+from oversight.models import Gate, GateKind, GateStatus
 from oversight.policy import PolicySettings
 from planning.models import Agent, Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
 from planning.transitions import move_case, move_node, release_nodes
@@ -122,8 +122,18 @@ def mark_ready(
         return []
     # The candidates are locked above: one statement checks the statuses of the leaves they wait
     # for (the unique (version, key) index, not the whole plan's: a completion costs the same in
-    # a plan of 10 leaves or of 1,000) and moves those whose dependencies all succeeded.
-    ready = release_nodes(pending, audit=audit, enqueued_at=timezone.now())
+    # a plan of 10 leaves or of 1,000) and moves those whose dependencies all succeeded; on
+    # PostgreSQL it also reads what their claims check (the rows are held: no older snapshot).
+    postgres = connection.vendor == "postgresql"
+    ready = release_nodes(
+        pending,
+        audit=audit,
+        enqueued_at=timezone.now(),
+        returning=rows.CLAIM_FACTS if postgres else "",
+    )
+    if postgres:
+        for node in ready:
+            rows.with_claim_facts(node, node.__dict__.pop("returned"))
     for node in ready:
         node.version = version
     return ready
@@ -154,23 +164,9 @@ class _ClaimFacts:
     policy: PolicySettings
 
 
-# One statement (PostgreSQL): every value a claim's checks read, as JSON, each from its own
-# subquery. The gates are those `_approvals` reads; the policy is the one active version.
-_CLAIM_FACTS_SQL = """
-SELECT
-  (SELECT COALESCE(json_agg(json_build_object('id', g.id, 'kind', g.kind, 'status', g.status,
-            'content_hash', g.content_hash, 'expires', g.approval_expires_at) ORDER BY g.id),
-          '[]'::json)
-     FROM {gate} g
-    WHERE g.version_id = %s AND (g.kind = %s OR (g.kind IN (%s, %s) AND g.node_id = %s))),
-  (SELECT row_to_json(a) FROM {agent} a WHERE a.slug = %s),
-  (SELECT COALESCE(json_agg(json_build_object('id', s.id, 'agent_id', s.agent_id,
-            'capability', s.capability, 'successes', s.successes, 'failures', s.failures,
-            'updated_at', s.updated_at) ORDER BY s.capability), '[]'::json)
-     FROM {score} s WHERE s.agent_id IN (SELECT a.id FROM {agent} a WHERE a.slug = %s)),
-  (SELECT json_build_object('number', p.number, 'values', p.values)
-     FROM {policy} p WHERE p.status = %s ORDER BY p.number DESC LIMIT 1)
-"""
+# One statement (PostgreSQL): every value a claim's checks read, as JSON (`rows.CLAIM_FACTS`),
+# when the statement that read or moved the leaf did not read them with it.
+_CLAIM_FACTS_SQL = f'SELECT {rows.CLAIM_FACTS} FROM "{PlanNode._meta.db_table}" n WHERE n.id = %s'  # noqa: S608
 
 
 def _when(text: str | None) -> datetime | None:
@@ -178,7 +174,11 @@ def _when(text: str | None) -> datetime | None:
 
 
 def _claim_facts(node: PlanNode) -> _ClaimFacts:
-    """Read what a claim of `node` checks: one statement on PostgreSQL, three elsewhere."""
+    """Read what a claim of `node` checks: read with the leaf already (`rows.with_claim_facts`),
+    or one statement on PostgreSQL, three elsewhere."""
+    read = node.__dict__.pop("claim_facts", None)  # read for this claim only
+    if read is not None:
+        return _facts_of(*read)
     if connection.vendor != "postgresql":
         gates = Gate.objects.filter(version_id=node.version_id).filter(
             Q(kind=GateKind.PLAN) | Q(kind__in=(GateKind.STEP, GateKind.ESCALATION), node=node)
@@ -190,19 +190,13 @@ def _claim_facts(node: PlanNode) -> _ClaimFacts:
         ]  # fmt: skip
         agent, scores = _agent_and_scores(node.agent)
         return _ClaimFacts(gates=rows, agent=agent, scores=scores, policy=active_policy()[1])
-    sql = _CLAIM_FACTS_SQL.format(
-        gate=Gate._meta.db_table,
-        agent=Agent._meta.db_table,
-        score=TrustScore._meta.db_table,
-        policy=PolicyVersion._meta.db_table,
-    )
-    params: list[Any] = [
-        node.version_id, GateKind.PLAN, GateKind.STEP, GateKind.ESCALATION, node.pk,
-        node.agent, node.agent, PolicyVersion.Status.ACTIVE,
-    ]  # fmt: skip
     with prepared_cursor() as cursor:
-        cursor.execute(sql, params)
-        gates, agent_row, score_rows, policy = cursor.fetchone()
+        cursor.execute(_CLAIM_FACTS_SQL, [node.pk])
+        return _facts_of(*cursor.fetchone())
+
+
+def _facts_of(gates: Any, agent_row: Any, score_rows: Any, policy: Any) -> _ClaimFacts:
+    """Build the claim's facts from the four JSON values of `rows.CLAIM_FACTS`."""
     agent = None
     if agent_row is not None:
         agent = Agent.from_db(

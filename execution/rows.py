@@ -10,14 +10,46 @@ the ORM's instances (`web.db.from_row`). The callers keep the ORM for SQLite.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from execution.common import LEAF, OPEN_LEAF_STATUSES
-from execution.models import ExecutionControl
-from oversight.models import OPEN_GATE_STATUSES, Gate
-from planning.models import Case, NodeStatus, PlanNode, PlanVersion
+from execution.models import ExecutionControl, TrustScore
+from oversight.models import OPEN_GATE_STATUSES, Gate, GateKind, PolicyVersion
+from planning.models import Agent, Case, NodeStatus, PlanNode, PlanVersion
 from web.db import columns, from_row, prepared_cursor
 
 _NODE = f'"{PlanNode._meta.db_table}"'
+
+
+def _literal(value: str) -> str:
+    # The statuses and kinds below are the code's own constants, written into the SQL as they are.
+    assert value.replace("_", "").isalnum(), value
+    return f"'{value}'"
+
+
+# What a claim of the leaf `n` checks, as four JSON columns (`execution.claiming` reads them):
+# its gates (the plan's and its own, by id), its planned agent, that agent's trust scores and
+# the active policy. Added to a statement that reads or moves the leaf anyway, so that a claim
+# does not read them in one more round trip; that statement must not wait for a lock (SKIP
+# LOCKED, or rows it holds already), or these would be read in a snapshot older than the row.
+CLAIM_FACTS = (
+    "(SELECT COALESCE(json_agg(json_build_object('id', g.id, 'kind', g.kind, "  # noqa: S608
+    "'status', g.status, 'content_hash', g.content_hash, 'expires', g.approval_expires_at) "
+    "ORDER BY g.id), '[]'::json) "
+    f'FROM "{Gate._meta.db_table}" g WHERE g.version_id = n.version_id '
+    f"AND (g.kind = {_literal(GateKind.PLAN)} OR (g.kind IN "
+    f"({_literal(GateKind.STEP)}, {_literal(GateKind.ESCALATION)}) AND g.node_id = n.id))), "
+    f'(SELECT row_to_json(a) FROM "{Agent._meta.db_table}" a WHERE a.slug = n.agent), '
+    "(SELECT COALESCE(json_agg(json_build_object('id', s.id, 'agent_id', s.agent_id, "
+    "'capability', s.capability, 'successes', s.successes, 'failures', s.failures, "
+    "'updated_at', s.updated_at) ORDER BY s.capability), '[]'::json) "
+    f'FROM "{TrustScore._meta.db_table}" s WHERE s.agent_id IN '
+    f'(SELECT a.id FROM "{Agent._meta.db_table}" a WHERE a.slug = n.agent)), '
+    "(SELECT json_build_object('number', p.number, 'values', p.values) "
+    f'FROM "{PolicyVersion._meta.db_table}" p '
+    f"WHERE p.status = {_literal(PolicyVersion.Status.ACTIVE)} ORDER BY p.number DESC LIMIT 1)"
+)
+_FACTS = 4  # the columns of CLAIM_FACTS
 _NODE_FIELDS = len(PlanNode._meta.concrete_fields)
 _VERSION_FIELDS = len(PlanVersion._meta.concrete_fields)
 
@@ -25,16 +57,18 @@ _VERSION_FIELDS = len(PlanVersion._meta.concrete_fields)
 # the FROM clause names them, the node's first (docs/architecture.md, lock order).
 _LEAF_WITH_CASE_SQL = (
     f"SELECT {columns('n', PlanNode)}, {columns('v', PlanVersion)}, {columns('c', Case)}, "  # noqa: S608
-    f'EXISTS (SELECT 1 FROM "{ExecutionControl._meta.db_table}" x WHERE x.id = 1 AND x.stopped) '
+    f'EXISTS (SELECT 1 FROM "{ExecutionControl._meta.db_table}" x WHERE x.id = 1 AND x.stopped)'
+    "{facts} "
     f"FROM {_NODE} n "
     f'JOIN "{PlanVersion._meta.db_table}" v ON v.id = n.version_id '
     f'JOIN "{Case._meta.db_table}" c ON c.id = v.case_id '
     "WHERE n.id = %s AND n.kind = %s "
 )
 # A completion: the leaf FOR UPDATE, its case FOR SHARE (completions of one case side by side).
-_COMPLETING_SQL = _LEAF_WITH_CASE_SQL + "FOR UPDATE OF n FOR SHARE OF c"
-# A claim: the leaf FOR UPDATE unless another transaction holds it (that one sends or runs it).
-_CLAIMING_SQL = _LEAF_WITH_CASE_SQL + "FOR UPDATE OF n SKIP LOCKED"
+_COMPLETING_SQL = _LEAF_WITH_CASE_SQL.format(facts="") + "FOR UPDATE OF n FOR SHARE OF c"
+# A claim: the leaf FOR UPDATE unless another transaction holds it (that one sends or runs it),
+# with what the claim checks.
+_CLAIMING_SQL = _LEAF_WITH_CASE_SQL.format(facts=f", {CLAIM_FACTS}") + "FOR UPDATE OF n SKIP LOCKED"
 
 # The pending leaves of a version among some ids, locked in id order (E11: of several parents
 # ending at once, exactly one releases their common child).
@@ -44,9 +78,10 @@ _PENDING_SQL = (
     "ORDER BY n.id FOR UPDATE OF n"
 )
 
-# The first ready leaf of a version in the plan's order that no other transaction holds.
+# The first ready leaf of a version in the plan's order that no other transaction holds, with
+# what its claim checks.
 _NEXT_READY_SQL = (
-    f"SELECT {columns('n', PlanNode)} FROM {_NODE} n "  # noqa: S608
+    f"SELECT {columns('n', PlanNode)}, {CLAIM_FACTS} FROM {_NODE} n "  # noqa: S608
     "WHERE n.version_id = %s AND n.kind = %s AND n.status = %s "
     "ORDER BY n.position LIMIT 1 FOR UPDATE OF n SKIP LOCKED"
 )
@@ -65,7 +100,8 @@ def leaf_with_case(node_id: int, *, claiming: bool) -> PlanNode | None:
     its `stopped`; None when there is no such leaf or (`claiming`) another transaction holds it.
 
     A completion (`claiming` False) also locks the case FOR SHARE; a claim skips a leaf another
-    transaction holds (SKIP LOCKED) instead of waiting for it.
+    transaction holds (SKIP LOCKED) instead of waiting for it, and reads what it checks with it
+    (`with_claim_facts`).
     """
     with prepared_cursor() as cursor:
         cursor.execute(_CLAIMING_SQL if claiming else _COMPLETING_SQL, [node_id, LEAF])
@@ -73,11 +109,22 @@ def leaf_with_case(node_id: int, *, claiming: bool) -> PlanNode | None:
     if row is None:
         return None
     versions = _NODE_FIELDS + _VERSION_FIELDS
+    cases = versions + len(Case._meta.concrete_fields)
     node: PlanNode = from_row(PlanNode, row[:_NODE_FIELDS])
     version: PlanVersion = from_row(PlanVersion, row[_NODE_FIELDS:versions])
-    version.case = from_row(Case, row[versions:-1])
+    version.case = from_row(Case, row[versions:cases])
     node.version = version
-    node.stopped = bool(row[-1])  # type: ignore[attr-defined]
+    node.stopped = bool(row[cases])  # type: ignore[attr-defined]
+    if claiming:
+        with_claim_facts(node, row[cases + 1 :])
+    return node
+
+
+def with_claim_facts(node: PlanNode, facts: Sequence[Any]) -> PlanNode:
+    """Keep on `node` the `CLAIM_FACTS` columns a statement read with it, for its claim (in the
+    same transaction) to check instead of reading them again."""
+    assert len(facts) == _FACTS, facts
+    node.claim_facts = tuple(facts)  # type: ignore[attr-defined]
     return node
 
 
@@ -91,11 +138,13 @@ def locked_pending(version_id: int, ids: Sequence[int]) -> list[PlanNode]:
 
 def next_ready(version_id: int) -> PlanNode | None:
     """Return the version's first `ready` leaf (the plan's order) no other transaction holds,
-    locked."""
+    locked, with what its claim checks (`with_claim_facts`)."""
     with prepared_cursor() as cursor:
         cursor.execute(_NEXT_READY_SQL, [version_id, LEAF, NodeStatus.READY])
         row = cursor.fetchone()
-    return from_row(PlanNode, row) if row is not None else None
+    if row is None:
+        return None
+    return with_claim_facts(from_row(PlanNode, row[:_NODE_FIELDS]), row[_NODE_FIELDS:])
 
 
 def open_work(version_id: int) -> bool:

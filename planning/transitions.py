@@ -148,21 +148,27 @@ UPDATE {table} n SET status = %s, enqueued_at = %s
       WHERE NOT EXISTS (
         SELECT 1 FROM {table} d
          WHERE d.version_id = n.version_id AND d.kind = %s AND d.key = dep.key AND d.status = %s))
-RETURNING n.id
+RETURNING n.id{returning}
 """
 
 
 def release_nodes(
-    nodes: Sequence[PlanNode], *, audit: Audit, enqueued_at: datetime
+    nodes: Sequence[PlanNode], *, audit: Audit, enqueued_at: datetime, returning: str = ""
 ) -> list[PlanNode]:
     """Make `ready` the nodes, `pending` and locked by the caller, whose dependencies all
     succeeded; return them (their attributes set). One UPDATE on PostgreSQL, which checks the
     dependencies itself; elsewhere one query reads their statuses first. Raises
-    IllegalTransition as `move_rows` does."""
+    IllegalTransition as `move_rows` does.
+
+    `returning` (PostgreSQL) is more columns for the UPDATE to return of each node it moved (SQL
+    over the node as `n`); each returned node has them as its `returned` tuple.
+    """
     pending = [n for n in nodes if n.status == NodeStatus.PENDING]
     if not pending:
         return []
     if connection.vendor != "postgresql":
+        if returning:
+            raise ValueError("columns returned by the release are PostgreSQL's")
         waited_for = {dep for node in pending for dep in node.depends_on}
         statuses = dict(
             PlanNode.objects.filter(
@@ -181,14 +187,20 @@ def release_nodes(
     audit.require_open()
     with prepared_cursor() as cursor:
         cursor.execute(
-            _RELEASE_SQL.format(table=connection.ops.quote_name(PlanNode._meta.db_table)),
+            _RELEASE_SQL.format(
+                table=connection.ops.quote_name(PlanNode._meta.db_table),
+                returning=f", {returning}" if returning else "",
+            ),
             [
                 NodeStatus.READY, enqueued_at, [n.pk for n in pending], NodeStatus.PENDING,
                 PlanNode.Kind.LEAF, NodeStatus.SUCCEEDED,
             ],
         )  # fmt: skip
-        moved = {pk for (pk,) in cursor.fetchall()}
+        moved = {row[0]: tuple(row[1:]) for row in cursor.fetchall()}
     ready = [node for node in pending if node.pk in moved]
+    if returning:
+        for node in ready:
+            node.returned = moved[node.pk]  # type: ignore[attr-defined]
     audit.cover(Moved(n.pk, NodeStatus.PENDING, NodeStatus.READY, {"key": n.key}) for n in ready)
     for node in ready:
         node.status = NodeStatus.READY
