@@ -210,21 +210,30 @@ def audited(*, chain: str) -> Iterator[Audit]:
 
 
 def move_row(
-    table: Transitions, row: Any, *, to: str, audit: Audit, label: str = "", **fields: Any
+    table: Transitions,
+    row: Any,
+    *,
+    to: str,
+    audit: Audit,
+    label: str = "",
+    along: Along | None = None,
+    **fields: Any,
 ) -> str:
     """Move one row from the status it was read with to `to`, with the fields that go with it;
     set them on `row` too and return the status it had.
 
     The UPDATE compares and sets: it changes the row only if its status is still the one read.
     Raises IllegalTransition for a pair the table does not allow, and StaleTransition when the
-    row's status changed since it was read (the caller had not locked it).
+    row's status changed since it was read (the caller had not locked it). `along`
+    (PostgreSQL) is the caller's statements to run in the UPDATE's (`audit.chain.Along`; its
+    `first` before the row changes).
     """
     before = str(row.status)
     label = label or f"{type(row).__name__} {row.pk}"
     table.check(before, to, row=label)
     audit.cover([Moved(row.pk, before, str(to))])
     model = type(row)
-    changed = _compare_and_set(model, row.pk, before, str(to), fields)
+    changed = _compare_and_set(model, row.pk, before, str(to), fields, along=along)
     if changed != 1:
         actual = model._default_manager.filter(pk=row.pk).values_list("status", flat=True).first()
         raise StaleTransition(table.field, before, str(to), row=label, actual=actual)
@@ -235,7 +244,13 @@ def move_row(
 
 
 def _compare_and_set(
-    model: type[Model], pk: Any, before: str, to: str, fields: Mapping[str, Any]
+    model: type[Model],
+    pk: Any,
+    before: str,
+    to: str,
+    fields: Mapping[str, Any],
+    *,
+    along: Along | None = None,
 ) -> int:
     """Set the row's status to `to` and the fields, if its status is still `before`; return the
     rows changed (0 or 1).
@@ -245,9 +260,10 @@ def _compare_and_set(
     step of every case, and compiling the ORM's UPDATE cost more than running it. Elsewhere, and
     for a value that is an expression, the ORM's `update()`.
     """
-    if connection.vendor != "postgresql" or any(
-        hasattr(value, "resolve_expression") for value in fields.values()
-    ):
+    expressions = any(hasattr(value, "resolve_expression") for value in fields.values())
+    if along is not None and (connection.vendor != "postgresql" or expressions):
+        raise ValueError("statements along a move are PostgreSQL's, with plain values")
+    if connection.vendor != "postgresql" or expressions:
         return int(model._default_manager.filter(pk=pk, status=before).update(status=to, **fields))
     sql, columns = _update_statement(model, tuple(fields))
     values = []
@@ -256,8 +272,25 @@ def _compare_and_set(
             value = value.prepare_database_save(column)
         values.append(column.get_db_prep_save(value, connection))
     with prepared_cursor() as cursor:
-        cursor.execute(sql, [to, *values, pk, before])
-        return int(cursor.rowcount)
+        if along is None:
+            cursor.execute(sql, [to, *values, pk, before])
+            return int(cursor.rowcount)
+        # The caller's statements first (`first` forced before the row changes), their count
+        # returned with the row: named parameters, the UPDATE's as `cas0`, `cas1`, …
+        named = iter(f"%(cas{i})s" for i in range(len(values) + 3))
+        update = sql.replace("%s", "{}").format(*named)
+        params = {f"cas{i}": v for i, v in enumerate([to, *values, pk, before])}
+        if along.params.keys() & params.keys():
+            raise ValueError("parameters of statements along a move clash")
+        cursor.execute(
+            f"WITH {', '.join(along.ctes)} {update} "  # noqa: S608
+            f"AND (SELECT count(*) FROM {along.first}) >= 0 "
+            f"RETURNING (SELECT count(*) FROM {along.first})",
+            {**along.params, **params},
+        )
+        row = cursor.fetchone()
+        along.count = int(row[0]) if row is not None else None
+        return 1 if row is not None else 0
 
 
 @functools.lru_cache(maxsize=256)

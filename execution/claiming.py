@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from django.db.models import Count, Exists, Q
 from django.utils import timezone
 
-from audit.chain import NewEvent, case_chain
+from audit.chain import Along, NewEvent, case_chain
 from audit.transitions import Audit, audited
 from execution import dispatch, rows, trust
 from execution.cases import finish_if_done
@@ -34,7 +34,7 @@ from oversight.actions.opening import open_escalation_gate, reopen_gate
 from oversight.models import Gate, GateKind, GateStatus
 from oversight.policy import PolicySettings
 from planning.models import Agent, Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
-from planning.transitions import move_case, move_node, release_nodes
+from planning.transitions import move_case, move_node, release_locked, release_nodes
 from web.db import prepared_cursor
 
 logger = logging.getLogger(__name__)
@@ -104,13 +104,31 @@ def release_ready(
 
 
 def mark_ready(
-    version: PlanVersion, *, candidates: Iterable[int] | None, case: Case, audit: Audit
+    version: PlanVersion,
+    *,
+    candidates: Iterable[int] | None,
+    case: Case,
+    audit: Audit,
+    locked: Along | None = None,
 ) -> list[PlanNode]:
     """Make the candidates whose dependencies all succeeded `ready` (locked, in id order); the
-    caller's `audit` block has the event that names them."""
+    caller's `audit` block has the event that names them. `locked` is the lock of the pending
+    candidates the caller ran already (`rows.pending_lock`, PostgreSQL)."""
     if case.status not in RUNNING_CASE_STATUSES or case.current_version_id != version.pk:
         return []
     ids = list(candidates) if candidates is not None else None
+    if locked is not None:
+        # Locked by an earlier statement: this one's snapshot sees every parent that committed
+        # meanwhile (E11). It reads what the released leaves' claims check, too.
+        if ids is None or not locked.count:
+            return []
+        ready = release_locked(
+            version.pk, ids, audit=audit, enqueued_at=timezone.now(), returning=rows.CLAIM_FACTS
+        )
+        for node in ready:
+            rows.with_claim_facts(node, node.__dict__.pop("returned"))
+            node.version = version
+        return ready
     if ids is not None and connection.vendor == "postgresql":
         pending = rows.locked_pending(version.pk, ids) if ids else []
     else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from audit.chain import Along
 from execution.common import LEAF, OPEN_LEAF_STATUSES
 from execution.models import ExecutionControl, TrustScore
 from oversight.models import OPEN_GATE_STATUSES, Gate, GateKind, PolicyVersion
@@ -126,6 +127,26 @@ def with_claim_facts(node: PlanNode, facts: Sequence[Any]) -> PlanNode:
     assert len(facts) == _FACTS, facts
     node.claim_facts = tuple(facts)  # type: ignore[attr-defined]
     return node
+
+
+def pending_lock(version_id: int, ids: Sequence[int]) -> Along:
+    """Return the lock of the version's `pending` leaves among `ids`, in id order, as a statement
+    for another to run in its own (`audit.chain.Along`: a completion's move of its leaf); its
+    `count` is then the number locked. `_PENDING_SQL` without reading the rows: the release that
+    follows reads those it moves."""
+    sql = (
+        f'"pending" AS (SELECT n.id FROM {_NODE} n '  # noqa: S608
+        "WHERE n.version_id = %(pending_version)s AND n.kind = %(pending_kind)s "
+        "AND n.status = %(pending_status)s AND n.id = ANY(%(pending_ids)s) "
+        "ORDER BY n.id FOR UPDATE OF n)"
+    )
+    params = {
+        "pending_version": version_id,
+        "pending_kind": LEAF,
+        "pending_status": NodeStatus.PENDING,
+        "pending_ids": list(ids),
+    }
+    return Along(ctes=[sql], params=params, first="pending")
 
 
 def locked_pending(version_id: int, ids: Sequence[int]) -> list[PlanNode]:

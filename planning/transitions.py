@@ -15,10 +15,10 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from audit.chain import NewEvent
+from audit.chain import Along, NewEvent
 from audit.transitions import Audit, Moved, Transitions, move_row, move_rows
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
-from web.db import prepared_cursor
+from web.db import columns, from_row, prepared_cursor
 
 __all__ = ["CASE", "NODE", "block_nodes", "move_case", "move_node", "move_nodes", "release_nodes"]
 
@@ -116,10 +116,14 @@ NODE = Transitions.of(
 )
 
 
-def move_node(node: PlanNode, *, to: str, audit: Audit, **fields: Any) -> str:
+def move_node(
+    node: PlanNode, *, to: str, audit: Audit, along: Along | None = None, **fields: Any
+) -> str:
     """Move a plan node read under its lock to `to`, with the fields that go with it; return its
-    status before. Raises IllegalTransition (StaleTransition when it changed meanwhile)."""
-    return move_row(NODE, node, to=to, audit=audit, label=f"node {node.key} ({node.pk})", **fields)
+    status before. Raises IllegalTransition (StaleTransition when it changed meanwhile).
+    `along`: the caller's statements run in the move's (`audit.transitions.move_row`)."""
+    label = f"node {node.key} ({node.pk})"
+    return move_row(NODE, node, to=to, audit=audit, label=label, along=along, **fields)
 
 
 def move_nodes(
@@ -205,6 +209,40 @@ def release_nodes(
     for node in ready:
         node.status = NodeStatus.READY
         node.enqueued_at = enqueued_at
+    return ready
+
+
+def release_locked(
+    version_id: int, ids: Sequence[int], *, audit: Audit, enqueued_at: datetime, returning: str
+) -> list[PlanNode]:
+    """Make `ready` the leaves among `ids` (of one version) that are `pending`, locked by the
+    caller already, and whose dependencies all succeeded: `release_nodes` for a caller that
+    locked them without reading them (PostgreSQL). Returns them read from the UPDATE, each with
+    the `returning` columns (SQL over the node as `n`) as its `returned` tuple, in id order."""
+    if connection.vendor != "postgresql":
+        raise ValueError("releasing leaves by id is PostgreSQL's; see release_nodes")
+    NODE.check(NodeStatus.PENDING, NodeStatus.READY)
+    audit.require_open()
+    table = connection.ops.quote_name(PlanNode._meta.db_table)
+    sql = _RELEASE_SQL.format(
+        table=table, returning=f", {columns('n', PlanNode)}, {returning}"
+    ).replace("WHERE n.id = ANY(%s)", "WHERE n.version_id = %s AND n.id = ANY(%s)")
+    fields = len(PlanNode._meta.concrete_fields)
+    with prepared_cursor() as cursor:
+        cursor.execute(
+            sql,
+            [
+                NodeStatus.READY, enqueued_at, version_id, list(ids), NodeStatus.PENDING,
+                PlanNode.Kind.LEAF, NodeStatus.SUCCEEDED,
+            ],
+        )  # fmt: skip
+        rows = sorted(cursor.fetchall(), key=lambda row: row[0])
+    ready = []
+    for row in rows:
+        node = from_row(PlanNode, row[1 : 1 + fields])
+        node.returned = tuple(row[1 + fields :])
+        ready.append(node)
+    audit.cover(Moved(n.pk, NodeStatus.PENDING, NodeStatus.READY, {"key": n.key}) for n in ready)
     return ready
 
 
