@@ -320,7 +320,7 @@ def test_writes_along_an_append_run_in_its_statement_with_their_row_count() -> N
     def bump(name: str, chain: str) -> Along:
         # a write on the heads table itself: the other chain's head, one row
         sql = (
-            f'"{name}" AS (UPDATE "{AuditChainHead._meta.db_table}" SET seq = seq '
+            f'"{name}" AS (UPDATE "{AuditChainHead._meta.db_table}" SET seq = seq '  # noqa: S608
             f"WHERE chain = %({name}_chain)s RETURNING 1)"
         )
         return Along(ctes=[sql], params={f"{name}_chain": chain}, first=name)
