@@ -78,9 +78,12 @@ STALL_S = 10.0
 RSS_FLAT_MB = 20.0
 
 TARGETS = {
-    "execution.layered.ratio": ("<=", 1.15),
+    # DESIGN §9: the makespan ≤ 1.10 × the bound, and below LangGraph and DBOS on the same DAG
+    "execution.layered.ratio": ("<=", 1.10),
     "execution.layered.ratio_vs_langgraph": ("<=", 1.0),
-    "execution.noop.ms_per_leaf_vs_langgraph": ("<=", 1.0),
+    "execution.layered.ratio_vs_dbos": ("<=", 1.0),
+    # a durable step: ≤ 2 ms and ≤ DBOS's checkpointed step (LangGraph's per-node figure is
+    # printed beside them; it checkpoints once per superstep, so it is no target)
     "execution.noop.ms_per_leaf": ("<=", 2.0),
     "execution.noop.ms_per_leaf_vs_dbos": ("<=", 1.0),
     "execution.p2.all_once": (">=", 1.0),
