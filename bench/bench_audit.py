@@ -219,7 +219,7 @@ def _append_phase() -> dict[str, float]:
             flush=True,
         )
         floor_probe.probe(max(step // 10, 50))  # the floor, between the slices
-    floor, floor_in_transaction = floor_probe.rates()
+    floor, floor_in_transaction, event_row_floor = floor_probe.rates()
     batched = _batched_appends()
     load_after = os.getloadavg()[0]
     return {
@@ -234,6 +234,9 @@ def _append_phase() -> dict[str, float]:
         "audit.append.of_commit_floor_in_transaction": round(
             EVENTS / wall / floor_in_transaction, 3
         ),
+        # what an append must write (a counter row and an event row, one prepared statement)
+        "audit.commit_floor_event_row.per_s": round(event_row_floor, 1),
+        "audit.append.of_event_row_floor": round(EVENTS / wall / event_row_floor, 3),
         **batched,
         **_verify_figures(chain),
         "audit.loadavg_1m.before": round(load_before, 2),
@@ -321,31 +324,51 @@ def _verify_figures(chain: str) -> dict[str, float]:
 
 
 class _CommitFloor:
-    """The database's one-row commit rates, probed in slices between the appends' slices.
+    """The database's commit rates, probed in slices between the appends' slices.
 
     Two writes, each of one row of a table of its own: an UPDATE sent on its own (autocommit:
     one round trip, its own transaction), the cheapest write there is and what a one-event
     append outside a transaction is compared with; and the same UPDATE in
     `transaction.atomic()` (BEGIN, UPDATE, COMMIT: three round trips), what a Django action
-    writing one row pays. Probed between the appends, so both see the same database (its WAL,
-    its checkpoints, the machine's load at that moment), not a database before or after them.
+    writing one row pays. A third names what an append cannot do without: the writes it must
+    make, one statement that moves a counter row on and inserts an event row (into a copy of
+    the audit table, its indexes and constraints included, with the values an append writes),
+    prepared and committing by itself as an append is, but with no chain to lock, read or hash.
+    Probed between the appends, so all see the same database (its WAL, its checkpoints, the
+    machine's load at that moment), not a database before or after them.
     """
 
     STATEMENT = "UPDATE bench_commit_probe SET n = n + 1 WHERE id = 1"
+    EVENT_ROW = (
+        "WITH h AS (UPDATE bench_commit_probe SET n = n + 1 WHERE id = 2 RETURNING n) "
+        "INSERT INTO bench_event_probe (chain, seq, time, actor_kind, actor_label, "
+        "actor_user_id, action, data, prev_hash, hash) "
+        "SELECT %(chain)s::text, h.n, %(time)s::timestamptz, %(kind)s::text, %(label)s::text, "
+        "NULL, %(action)s::text, %(data)s::jsonb, %(prev)s::text, %(hash)s::text FROM h"
+    )
 
     def __init__(self) -> None:
         from django.db import connection
 
+        from audit.models import AuditEvent
+
         self.rounds = 0
         self.one_statement_s = 0.0
         self.in_transaction_s = 0.0
+        self.event_row_s = 0.0
+        self.event_rows = 0
+        table = connection.ops.quote_name(AuditEvent._meta.db_table)
         with connection.cursor() as cursor:
             cursor.execute("CREATE TABLE bench_commit_probe (id int PRIMARY KEY, n int NOT NULL)")
-            cursor.execute("INSERT INTO bench_commit_probe VALUES (1, 0)")
+            cursor.execute("INSERT INTO bench_commit_probe VALUES (1, 0), (2, 0)")
+            cursor.execute(f"CREATE TABLE bench_event_probe (LIKE {table} INCLUDING ALL)")
 
     def probe(self, rounds: int) -> None:
         """Time `rounds` commits of each kind."""
         from django.db import connection, transaction
+        from django.utils import timezone
+
+        from web.db import prepared_cursor
 
         started = time.perf_counter()
         for _ in range(rounds):
@@ -355,17 +378,39 @@ class _CommitFloor:
         for _ in range(rounds):
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(self.STATEMENT)
+        events = time.perf_counter()
+        for i in range(self.event_rows, self.event_rows + rounds):
+            with prepared_cursor() as cursor:
+                cursor.execute(
+                    self.EVENT_ROW,
+                    {
+                        "chain": f"case:{CASE_ID}",
+                        "time": timezone.now(),
+                        "kind": "user",
+                        "label": "analyst",
+                        "action": "planning.leaf.completed",
+                        "data": json.dumps(_leaf_data(i)),
+                        "prev": "0" * 64,
+                        "hash": f"{i:064x}",
+                    },
+                )
         self.one_statement_s += middle - started
-        self.in_transaction_s += time.perf_counter() - middle
+        self.in_transaction_s += events - middle
+        self.event_row_s += time.perf_counter() - events
+        self.event_rows += rounds
         self.rounds += rounds
 
-    def rates(self) -> tuple[float, float]:
-        """Return the commits per second: one statement, and in a transaction."""
+    def rates(self) -> tuple[float, float, float]:
+        """Return the commits per second: one statement, in a transaction, an event row."""
         from django.db import connection
 
         with connection.cursor() as cursor:
-            cursor.execute("DROP TABLE bench_commit_probe")
-        return self.rounds / self.one_statement_s, self.rounds / self.in_transaction_s
+            cursor.execute("DROP TABLE bench_commit_probe, bench_event_probe")
+        return (
+            self.rounds / self.one_statement_s,
+            self.rounds / self.in_transaction_s,
+            self.rounds / self.event_row_s,
+        )
 
 
 def _export_phase(var_dir: Path) -> dict[str, float]:
