@@ -356,7 +356,6 @@ class _CommitFloor:
         self.one_statement_s = 0.0
         self.in_transaction_s = 0.0
         self.event_row_s = 0.0
-        self.event_rows = 0
         table = connection.ops.quote_name(AuditEvent._meta.db_table)
         with connection.cursor() as cursor:
             cursor.execute("CREATE TABLE bench_commit_probe (id int PRIMARY KEY, n int NOT NULL)")
@@ -379,7 +378,7 @@ class _CommitFloor:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(self.STATEMENT)
         events = time.perf_counter()
-        for i in range(self.event_rows, self.event_rows + rounds):
+        for i in range(self.rounds, self.rounds + rounds):  # a new hash for each row
             with prepared_cursor() as cursor:
                 cursor.execute(
                     self.EVENT_ROW,
@@ -397,7 +396,6 @@ class _CommitFloor:
         self.one_statement_s += middle - started
         self.in_transaction_s += events - middle
         self.event_row_s += time.perf_counter() - events
-        self.event_rows += rounds
         self.rounds += rounds
 
     def rates(self) -> tuple[float, float, float]:
