@@ -24,8 +24,10 @@ import psycopg
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import TextField
+from django.db.models.base import ModelState
 from django.db.models.functions import Cast
 from django.utils import timezone
 from psycopg.conninfo import make_conninfo
@@ -105,10 +107,47 @@ def _json_safe(data: Mapping[str, Any] | None) -> dict[str, Any]:
     `10000000000000000` and `-0.0` as `0`, which would hash differently. Non-finite floats
     are refused (JSON has no NaN or Infinity). Raises ValueError for them.
     """
-    loaded = json.loads(json.dumps(dict(data or {}), cls=DjangoJSONEncoder, allow_nan=False))
+    if data is None:
+        return {}
+    if type(data) is dict:
+        plain = _plain_copy(data)
+        if plain is not _NOT_PLAIN:
+            return plain  # the round trip would give back the same (every event of a leaf)
+    loaded = json.loads(json.dumps(dict(data), cls=DjangoJSONEncoder, allow_nan=False))
     normalised = _integral_floats_as_ints(loaded)
     assert isinstance(normalised, dict)
     return normalised
+
+
+_NOT_PLAIN = object()
+
+
+def _plain_copy(value: Any) -> Any:
+    """Return a copy of `value` if the JSON round trip would give it back unchanged, else
+    `_NOT_PLAIN`: dicts with str keys, lists, str, int, bool and None, of exactly those types
+    (floats, subclasses such as enums, tuples and dates take the round trip)."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is dict:
+        copy = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                return _NOT_PLAIN
+            item = _plain_copy(item)
+            if item is _NOT_PLAIN:
+                return _NOT_PLAIN
+            copy[key] = item
+        return copy
+    if kind is list:
+        items = []
+        for item in value:
+            item = _plain_copy(item)
+            if item is _NOT_PLAIN:
+                return _NOT_PLAIN
+            items.append(item)
+        return items
+    return _NOT_PLAIN
 
 
 def _integral_floats_as_ints(value: Any) -> Any:
@@ -159,14 +198,15 @@ def append_events(
     appends otherwise.
     """
     pending = [_prepared(event) for event in events]
-    if along is not None and connection.vendor != "postgresql":
+    db = connections[DEFAULT_DB_ALIAS]  # not the `connection` proxy: a lookup per question
+    if along is not None and db.vendor != "postgresql":
         raise ValueError("writes along an append are PostgreSQL statements")
     if not pending:
         if along is not None:
             _run_along(along)
         return []
-    if len(pending) == 1 and connection.vendor == "postgresql":
-        one = _append_one(chain, *pending[0], along=along)
+    if len(pending) == 1 and db.vendor == "postgresql":
+        one = _append_one(db, chain, *pending[0], along=along)
         count_on_commit([(one.action, one.data)])
         return [one]
     if along is not None:
@@ -315,6 +355,7 @@ _APPEND_ALONG = (
 
 
 def _append_one(
+    db: BaseDatabaseWrapper,
     chain: str,
     who: Actor,
     action: str,
@@ -345,7 +386,7 @@ def _append_one(
     if along is not None:
         with transaction.atomic(savepoint=False), prepared_cursor() as cursor:
             row = _execute_along(cursor, chain, params, along)
-    elif connection.get_autocommit() and not connection.in_atomic_block:
+    elif db.get_autocommit() and not db.in_atomic_block:
         # Outside any transaction the statement is a transaction of its own: one round trip,
         # no BEGIN and COMMIT around it (a new chain's head, seq 0, is harmless on its own).
         with prepared_cursor() as cursor:
@@ -355,22 +396,36 @@ def _append_one(
         with transaction.atomic(savepoint=False), prepared_cursor() as cursor:
             row = _execute_append(cursor, chain, params)
     pk, seq, prev_hash, digest = row
-    event = AuditEvent(
-        pk=pk,
-        chain=chain,
-        seq=seq,
-        time=now,
-        actor_kind=who.kind,
-        actor_label=who.label,
-        actor_user=who.user,
-        action=action,
-        data=payload,
-        prev_hash=prev_hash,
-        hash=digest,
-    )
-    event._state.adding = False
-    event._state.db = connection.alias
+    # The instance as the ORM would hold it after reading the row back, its fields set directly
+    # (AuditEvent has no field that post_init fills in): Model.__init__ costs more than the
+    # rest of an append's Python.
+    event = _NEW_EVENT(AuditEvent)
+    event.__dict__.update(
+        zip(
+            _EVENT_ATTNAMES,
+            (pk, chain, seq, now, who.kind, who.label, params["user"], action, payload,
+             prev_hash, digest),
+            strict=True,
+        )
+    )  # fmt: skip
+    state = event._state = ModelState()
+    state.adding = False
+    state.db = db.alias
+    if who.user is not None:
+        _ACTOR_USER.set_cached_value(event, who.user)
     return event
+
+
+_EVENT_ATTNAMES = [field.attname for field in AuditEvent._meta.concrete_fields]
+if _EVENT_ATTNAMES != [
+    "id", "chain", "seq", "time", "actor_kind", "actor_label", "actor_user_id", "action", "data",
+    "prev_hash", "hash",
+]:  # fmt: skip
+    raise ImportError(
+        f"_append_one builds AuditEvent from values in another order: {_EVENT_ATTNAMES}"
+    )
+_ACTOR_USER = AuditEvent._meta.get_field("actor_user")
+_NEW_EVENT = object.__new__
 
 
 def _execute_along(cursor: Any, chain: str, params: dict[str, Any], along: Along) -> Any:

@@ -37,6 +37,7 @@ __all__ = [
     "UnauditedMove",
     "audited",
     "move_row",
+    "move_row_from",
     "move_rows",
 ]
 
@@ -291,6 +292,72 @@ def _compare_and_set(
         row = cursor.fetchone()
         along.count = int(row[0]) if row is not None else None
         return 1 if row is not None else 0
+
+
+def move_row_from(
+    table: Transitions,
+    model: type[Model],
+    pk: Any,
+    *,
+    before: str,
+    to: str,
+    audit: Audit,
+    source: Along,
+    where: str,
+    returning: str,
+    join: str = "",
+    label: str = "",
+    **fields: Any,
+) -> tuple[Any, ...] | None:
+    """Move the row `pk` of `model` from `before` to `to` with the fields, in one statement
+    (PostgreSQL) with `source`: the caller's CTEs that lock and read other rows first (its lock
+    order: `source.first` is read before the row changes). The row moves only if its status is
+    still `before` and `where` holds (SQL over the row as `m` and the CTEs, `join` naming those
+    the UPDATE reads FROM); then the move is covered by `audit` and the values of `returning`
+    (SQL over `m`, the row after the move, and what `join` names) come back. None when nothing
+    moved: nothing is covered, and the caller reads the row to see why (it may have moved on,
+    or `where` did not hold).
+
+    For a caller that would otherwise read the row under its lock in a statement of its own and
+    then move it (`move_row`): one round trip less. Raises IllegalTransition for a pair the
+    table does not allow.
+    """
+    label = label or f"{model.__name__} {pk}"
+    table.check(before, to, row=label)
+    audit.require_open()
+    if connection.vendor != "postgresql":
+        raise ValueError("a move with its reads in one statement is PostgreSQL's")
+    quote = connection.ops.quote_name
+    meta = model._meta
+    status = quote(str(getattr(meta.get_field("status"), "column", "status")))
+    params: dict[str, Any] = {"cas_to": to, "cas_pk": pk, "cas_before": before}
+    assignments = [f"{status} = %(cas_to)s"]
+    for i, (name, value) in enumerate(fields.items()):
+        column: Any = meta.get_field(name)
+        if hasattr(value, "resolve_expression"):
+            raise ValueError("a move with its reads in one statement takes plain values")
+        if column.remote_field is not None and hasattr(value, "prepare_database_save"):
+            value = value.prepare_database_save(column)
+        assignments.append(f"{quote(str(column.column))} = %(cas{i})s")
+        params[f"cas{i}"] = column.get_db_prep_save(value, connection)
+    if source.params.keys() & params.keys():
+        raise ValueError("parameters of statements along a move clash")
+    reads = f"FROM {join} " if join else ""
+    sql = (
+        f"WITH {', '.join(source.ctes)} "  # noqa: S608 (names from the model, values parameters)
+        f"UPDATE {quote(meta.db_table)} AS m SET {', '.join(assignments)} {reads}"
+        f"WHERE m.{quote(str(meta.pk.column))} = %(cas_pk)s AND m.{status} = %(cas_before)s "
+        f"AND (SELECT count(*) FROM {source.first}) >= 0 AND ({where}) "
+        f"RETURNING (SELECT count(*) FROM {source.first}), {returning}"
+    )
+    with prepared_cursor() as cursor:
+        cursor.execute(sql, {**source.params, **params})
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    source.count = int(row[0])
+    audit.cover([Moved(pk, before, str(to))])
+    return tuple(row[1:])
 
 
 @functools.lru_cache(maxsize=256)

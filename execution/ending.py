@@ -146,30 +146,46 @@ def complete_leaf(
     kind: str = "tool",
     keep: int = 0,
     worker: str = "",
+    leaf: PlanNode | None = None,
 ) -> Ended:
     """Record a leaf's output: it `succeeded`, trust learns, dependents may become ready.
 
     On a case cancelled meanwhile, a tool's effect that already happened is recorded and the
     leaf ends `succeeded` flagged as finished after the cancel; an LLM's or a person's result is
     not committed (the leaf ends `cancelled`). Raises StaleResult for a stale attempt.
+
+    `leaf` is the leaf as its claim read it (`Claim.node`, with its version): then, on
+    PostgreSQL, the completion's first read and its move are one statement when nothing is
+    amiss (`rows.complete_in_one`), and the usual read otherwise.
     """
     try:
-        return _complete(node_id, attempt, output, kind=kind, keep=keep, worker=worker)
+        return _complete(node_id, attempt, output, kind=kind, keep=keep, worker=worker, leaf=leaf)
     except StaleResult as exc:
         record_stale(exc)
         raise
 
 
 def _complete(
-    node_id: int, attempt: int, output: Mapping[str, Any], *, kind: str, keep: int, worker: str
+    node_id: int,
+    attempt: int,
+    output: Mapping[str, Any],
+    *,
+    kind: str,
+    keep: int,
+    worker: str,
+    leaf: PlanNode | None,
 ) -> Ended:
     with transaction.atomic():
-        node, case = locked_attempt(node_id, attempt, share=True)
         now = timezone.now()
-        chain = case_chain(case.pk)
+        if leaf is not None and connection.vendor == "postgresql":
+            done = _succeed(node_id, attempt, output, now=now, keep=keep, worker=worker, leaf=leaf)
+            if done is not None:
+                return done
+            # Nothing moved: the leaf is stale, or its case no longer runs its version.
+        node, case = locked_attempt(node_id, attempt, share=True)
         cancelled = case.status not in RUNNING_CASE_STATUSES
         if cancelled and kind != "tool":
-            with audited(chain=chain) as audit:
+            with audited(chain=case_chain(case.pk)) as audit:
                 move_node(
                     node, to=NodeStatus.CANCELLED, audit=audit, finished_at=now, lease_until=None
                 )
@@ -183,8 +199,57 @@ def _complete(
                 )
             finish_if_done(case)
             return Ended(node_id=node.pk, status=NodeStatus.CANCELLED)
-        # One event audits the leaf's success, the leaves it released and the one claimed next.
-        with audited(chain=chain) as audit:
+        ended = _succeed(
+            node_id, attempt, output, now=now, keep=keep, worker=worker, read=(node, case)
+        )
+        assert ended is not None
+        return ended
+
+
+def _succeed(
+    node_id: int,
+    attempt: int,
+    output: Mapping[str, Any],
+    *,
+    now: datetime,
+    keep: int,
+    worker: str,
+    read: tuple[PlanNode, Case] | None = None,
+    leaf: PlanNode | None = None,
+) -> Ended | None:
+    """Move the leaf `running → succeeded` and release, claim and audit what follows: the leaf
+    and case `read` under their locks, or (`leaf`, the claim's) read and moved in one statement;
+    None when that statement moved nothing."""
+    chain = case_chain(read[1].pk if read is not None else leaf.version.case_id)  # type: ignore[union-attr]
+    # One event audits the leaf's success, the leaves it released and the one claimed next.
+    with audited(chain=chain) as audit:
+        moved = {
+            "output": dict(output),
+            "finished_at": now,
+            "lease_until": None,
+            "error": "",
+            "error_class": "",
+        }
+        if read is None:
+            assert leaf is not None
+            dependents = _dependents(leaf)
+            done = rows.complete_in_one(
+                node_id,
+                attempt,
+                version_id=leaf.version_id,
+                dependents=dependents,
+                audit=audit,
+                finished_after_cancel=False,
+                **moved,
+            )
+            if done is None:
+                return None
+            node, lock = done
+            case = node.version.case
+            cancelled = False
+        else:
+            node, case = read
+            cancelled = case.status not in RUNNING_CASE_STATUSES
             dependents = [] if cancelled else _dependents(node)
             # On PostgreSQL the move also locks the pending dependents (one round trip less);
             # their release is the next statement, so it sees a parent that ended meanwhile.
@@ -200,66 +265,62 @@ def _complete(
                 to=NodeStatus.SUCCEEDED,
                 audit=audit,
                 along=lock,
-                output=dict(output),
-                finished_at=now,
-                lease_until=None,
-                error="",
-                error_class="",
                 finished_after_cancel=cancelled,
+                **moved,
             )
-            stopped = bool(node.stopped)  # type: ignore[attr-defined]
-            ready = (
-                []
-                if cancelled
-                else mark_ready(
-                    node.version, candidates=dependents, case=case, audit=audit, locked=lock
-                )
+        stopped = bool(node.stopped)  # type: ignore[attr-defined]
+        ready = (
+            []
+            if cancelled
+            else mark_ready(
+                node.version, candidates=dependents, case=case, audit=audit, locked=lock
             )
-            released = [n.key for n in ready]
-            started: list[NewAttempt] = []
-            claimed = (
-                _claim_next(node, case, ready[:keep], worker, audit=audit, started=started)
-                if keep and not cancelled and not stopped and case.status == CaseStatus.EXECUTING
-                else None
-            )
-            if not stopped:
-                for other in ready:
-                    if claimed is None or other.pk != claimed.node_id:
-                        dispatch.enqueue_leaf(other.pk)
-            # The rows every completion of the case shares (the agent's trust, the chain head)
-            # are locked last, so completions run side by side until there.
-            along = _record_attempts(node, attempt, started, now=now)
-            if along is not None:
-                audit.along(along)
-            data: dict[str, Any] = {
-                "node": node.key,
-                "attempt": attempt,
-                "output": dict(output),
-                "finished_after_cancel": cancelled,
-                "released": sorted(released),
-                "before": {"status": "running"},
-                "after": {"status": "succeeded"},
-            }
-            if claimed is not None:
-                # This worker runs it next: its claim is audited here, not in an event of its own.
-                data["claimed"] = claim_data(claimed, worker)
-            audit.add(NewEvent("execution.leaf.succeeded", node.agent or None, data))
-        if along is not None and not along.count:
-            # The agent's first outcome: its trust rows are created (the increment changed none).
-            record_outcome(node.agent, "succeeded", now=now)
-        # The chain head is held from here to the commit: a completion that ends after this one
-        # waits for it and sees it, so the last one to end sees nothing open and ends the case.
-        # Its case row lock goes from SHARE to UPDATE then; no other completion of the version
-        # can hold it (none has a leaf open). One of a replaced version's leaves might, and
-        # wait for the chain head: the database breaks that deadlock and the retry redoes it.
-        if claimed is None and not ready and not _open_work(case):
-            finish_if_done(case)
-        return Ended(
-            node_id=node.pk,
-            status=NodeStatus.SUCCEEDED,
-            ready=tuple(n.pk for n in ready),
-            claimed=claimed,
         )
+        released = [n.key for n in ready]
+        started: list[NewAttempt] = []
+        claimed = (
+            _claim_next(node, case, ready[:keep], worker, audit=audit, started=started)
+            if keep and not cancelled and not stopped and case.status == CaseStatus.EXECUTING
+            else None
+        )
+        if not stopped:
+            for other in ready:
+                if claimed is None or other.pk != claimed.node_id:
+                    dispatch.enqueue_leaf(other.pk)
+        # The rows every completion of the case shares (the agent's trust, the chain head)
+        # are locked last, so completions run side by side until there.
+        along = _record_attempts(node, attempt, started, now=now)
+        if along is not None:
+            audit.along(along)
+        data: dict[str, Any] = {
+            "node": node.key,
+            "attempt": attempt,
+            "output": dict(output),
+            "finished_after_cancel": cancelled,
+            "released": sorted(released),
+            "before": {"status": "running"},
+            "after": {"status": "succeeded"},
+        }
+        if claimed is not None:
+            # This worker runs it next: its claim is audited here, not in an event of its own.
+            data["claimed"] = claim_data(claimed, worker)
+        audit.add(NewEvent("execution.leaf.succeeded", node.agent or None, data))
+    if along is not None and not along.count:
+        # The agent's first outcome: its trust rows are created (the increment changed none).
+        record_outcome(node.agent, "succeeded", now=now)
+    # The chain head is held from here to the commit: a completion that ends after this one
+    # waits for it and sees it, so the last one to end sees nothing open and ends the case.
+    # Its case row lock goes from SHARE to UPDATE then; no other completion of the version
+    # can hold it (none has a leaf open). One of a replaced version's leaves might, and
+    # wait for the chain head: the database breaks that deadlock and the retry redoes it.
+    if claimed is None and not ready and not _open_work(case):
+        finish_if_done(case)
+    return Ended(
+        node_id=node.pk,
+        status=NodeStatus.SUCCEEDED,
+        ready=tuple(n.pk for n in ready),
+        claimed=claimed,
+    )
 
 
 def _record_attempts(

@@ -13,10 +13,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from audit.chain import Along
-from execution.common import LEAF, OPEN_LEAF_STATUSES
+from audit.transitions import Audit
+from execution.common import LEAF, OPEN_LEAF_STATUSES, RUNNING_CASE_STATUSES
 from execution.models import ExecutionControl, TrustScore
 from oversight.models import OPEN_GATE_STATUSES, Gate, GateKind, PolicyVersion
 from planning.models import Agent, Case, NodeStatus, PlanNode, PlanVersion
+from planning.transitions import move_leaf_from
 from web.db import columns, from_row, prepared_cursor
 
 _NODE = f'"{PlanNode._meta.db_table}"'
@@ -109,16 +111,25 @@ def leaf_with_case(node_id: int, *, claiming: bool) -> PlanNode | None:
         row = cursor.fetchone()
     if row is None:
         return None
+    node, rest = _leaf_version_case(row)
+    if claiming:
+        with_claim_facts(node, rest)
+    return node
+
+
+_CASES = _NODE_FIELDS + _VERSION_FIELDS + len(Case._meta.concrete_fields)
+
+
+def _leaf_version_case(row: Sequence[Any]) -> tuple[PlanNode, Sequence[Any]]:
+    """Return the leaf of a row of its columns, its version's, its case's and the stop switch
+    (`stopped`), with the version and case set; and the row's columns after those."""
     versions = _NODE_FIELDS + _VERSION_FIELDS
-    cases = versions + len(Case._meta.concrete_fields)
     node: PlanNode = from_row(PlanNode, row[:_NODE_FIELDS])
     version: PlanVersion = from_row(PlanVersion, row[_NODE_FIELDS:versions])
-    version.case = from_row(Case, row[versions:cases])
+    version.case = from_row(Case, row[versions:_CASES])
     node.version = version
-    node.stopped = bool(row[cases])  # type: ignore[attr-defined]
-    if claiming:
-        with_claim_facts(node, row[cases + 1 :])
-    return node
+    node.stopped = bool(row[_CASES])  # type: ignore[attr-defined]
+    return node, row[_CASES + 1 :]
 
 
 def with_claim_facts(node: PlanNode, facts: Sequence[Any]) -> PlanNode:
@@ -129,16 +140,18 @@ def with_claim_facts(node: PlanNode, facts: Sequence[Any]) -> PlanNode:
     return node
 
 
-def pending_lock(version_id: int, ids: Sequence[int]) -> Along:
+def pending_lock(version_id: int, ids: Sequence[int], *, after: str = "") -> Along:
     """Return the lock of the version's `pending` leaves among `ids`, in id order, as a statement
     for another to run in its own (`audit.chain.Along`: a completion's move of its leaf); its
     `count` is then the number locked. `_PENDING_SQL` without reading the rows: the release that
-    follows reads those it moves."""
+    follows reads those it moves. `after` names a CTE read (and so locked) first; none are
+    locked when it has no row."""
     sql = (
         f'"pending" AS (SELECT n.id FROM {_NODE} n '  # noqa: S608
         "WHERE n.version_id = %(pending_version)s AND n.kind = %(pending_kind)s "
         "AND n.status = %(pending_status)s AND n.id = ANY(%(pending_ids)s) "
-        "ORDER BY n.id FOR UPDATE OF n)"
+        + (f"AND (SELECT count(*) FROM {after}) > 0 " if after else "")  # noqa: S608
+        + "ORDER BY n.id FOR UPDATE OF n)"
     )
     params = {
         "pending_version": version_id,
@@ -147,6 +160,84 @@ def pending_lock(version_id: int, ids: Sequence[int]) -> Along:
         "pending_ids": list(ids),
     }
     return Along(ctes=[sql], params=params, first="pending")
+
+
+def _aliased(alias: str, model: type[Any], prefix: str) -> str:
+    return ", ".join(
+        f'{alias}."{field.column}" AS "{prefix}{field.column}"'
+        for field in model._meta.concrete_fields
+    )
+
+
+# A completion's leaf FOR UPDATE and its case FOR SHARE (the lock order of `_COMPLETING_SQL`),
+# with its version, its case and the stop switch: only while the case runs that version.
+_COMPLETING_CTE = (
+    f'"completing" AS (SELECT {_aliased("v", PlanVersion, "v_")}, {_aliased("c", Case, "c_")}, '  # noqa: S608
+    f'EXISTS (SELECT 1 FROM "{ExecutionControl._meta.db_table}" x WHERE x.id = 1 AND x.stopped) '
+    'AS "stopped" '
+    f"FROM {_NODE} n "
+    f'JOIN "{PlanVersion._meta.db_table}" v ON v.id = n.version_id '
+    f'JOIN "{Case._meta.db_table}" c ON c.id = v.case_id '
+    "WHERE n.id = %(done_node)s AND n.kind = %(done_kind)s AND n.version_id = %(done_version)s "
+    "AND c.current_version_id = n.version_id AND c.status = ANY(%(done_running)s) "
+    "FOR UPDATE OF n FOR SHARE OF c)"
+)
+
+
+def complete_in_one(
+    node_id: int,
+    attempt: int,
+    *,
+    version_id: int,
+    dependents: Sequence[int],
+    audit: Audit,
+    **fields: Any,
+) -> tuple[PlanNode, Along | None] | None:
+    """Move a completing leaf `running → succeeded` with the fields in one statement that also
+    locks the leaf and its case (FOR SHARE) and reads them, and locks its pending `dependents`
+    (`pending_lock`): the completion's first read and its move in one round trip.
+
+    Only for the plain case: the leaf is `running` at `attempt` and its case runs its version.
+    Returns the leaf as moved (its version and case set, the stop switch as `stopped`) and the
+    dependents' lock (its `count` set; None without dependents); None when nothing moved, for
+    the caller to read the leaf and see why (stale, cancelled, re-planned).
+    """
+    source = Along(
+        ctes=[_COMPLETING_CTE],
+        params={
+            "done_node": node_id,
+            "done_kind": LEAF,
+            "done_version": version_id,
+            "done_running": list(RUNNING_CASE_STATUSES),
+            "done_attempt": attempt,
+        },
+        first="completing",
+    )
+    lock = None
+    if dependents:
+        lock = pending_lock(version_id, dependents, after="completing")
+        source = Along(
+            ctes=[*source.ctes, *lock.ctes],
+            params={**source.params, **lock.params},
+            first="pending",
+        )
+    row = move_leaf_from(
+        node_id,
+        before=NodeStatus.RUNNING,
+        to=NodeStatus.SUCCEEDED,
+        audit=audit,
+        source=source,
+        join='"completing" t',
+        where="m.attempts = %(done_attempt)s",
+        returning=f"{columns('m', PlanNode)}, t.*",
+        **fields,
+    )
+    if row is None:
+        return None
+    if lock is not None:
+        lock.count = source.count
+    node, _ = _leaf_version_case(row)
+    return node, lock
 
 
 def locked_pending(version_id: int, ids: Sequence[int]) -> list[PlanNode]:

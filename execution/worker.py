@@ -178,7 +178,13 @@ def _run_claimed(claim: Claim, *, keep: int = 0, worker: str = "") -> Ended | No
     else:
         return _with_database_retry(
             lambda: complete_leaf(
-                claim.node_id, claim.attempt, output, kind=claim.kind, keep=keep, worker=worker
+                claim.node_id,
+                claim.attempt,
+                output,
+                kind=claim.kind,
+                keep=keep,
+                worker=worker,
+                leaf=claim.node,
             ),
             what="completing a leaf",
         )

@@ -13,6 +13,7 @@ number stays bounded.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -105,6 +106,11 @@ SCRAPES_REFUSED = Counter(
 
 FINAL_GATE_STATUSES = frozenset({"approved", "rejected"})
 
+# The children of the two counters every leaf counts, by label: `labels()` takes a lock and
+# checks its arguments on every call (the label values are codes, a bounded set).
+_audit_events = functools.cache(AUDIT_EVENTS.labels)
+_leaf_events = functools.cache(LEAF_EVENTS.labels)
+
 
 @dataclass(frozen=True, slots=True)
 class EventCount:
@@ -130,7 +136,7 @@ def count_events(events: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
     """Count committed audit events into the counters their action codes feed."""
     decided: list[int] = []
     for action, data in events:
-        AUDIT_EVENTS.labels(action).inc()
+        _audit_events(action).inc()
         family, _, event = action.rpartition(".")
         if family == "planning.plan":
             PLANNING_EVENTS.labels(event).inc()
@@ -143,10 +149,10 @@ def count_events(events: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
                 if isinstance(after, Mapping) and after.get("status") in FINAL_GATE_STATUSES:
                     decided.append(int(data["gate"]))
         elif family == "execution.leaf":
-            LEAF_EVENTS.labels(event).inc()
+            _leaf_events(event).inc()
             # A completion that claims the worker's next leaf audits that claim in its own event.
             if event == "succeeded" and data.get("claimed"):
-                LEAF_EVENTS.labels("claimed").inc()
+                _leaf_events("claimed").inc()
         elif action == "planning.llm.called":
             _count_llm_call(data)
     if decided:

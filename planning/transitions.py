@@ -16,7 +16,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from audit.chain import Along, NewEvent
-from audit.transitions import Audit, Moved, Transitions, move_row, move_rows
+from audit.transitions import Audit, Moved, Transitions, move_row, move_row_from, move_rows
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
 from web.db import columns, from_row, prepared_cursor
 
@@ -124,6 +124,25 @@ def move_node(
     `along`: the caller's statements run in the move's (`audit.transitions.move_row`)."""
     label = f"node {node.key} ({node.pk})"
     return move_row(NODE, node, to=to, audit=audit, label=label, along=along, **fields)
+
+
+def move_leaf_from(
+    node_id: int, *, before: str, to: str, audit: Audit, **options: Any
+) -> tuple[Any, ...] | None:
+    """Move a plan node from `before` to `to` in one statement with the caller's reads and locks
+    (`source`), if `where` holds; return the `returning` values, or None when nothing moved.
+    `options` are `audit.transitions.move_row_from`'s (`source`, `where`, `returning`, `join`)
+    and the fields that go with the move (PostgreSQL)."""
+    return move_row_from(
+        NODE,
+        PlanNode,
+        node_id,
+        before=before,
+        to=to,
+        audit=audit,
+        label=f"node {node_id}",
+        **options,
+    )
 
 
 def move_nodes(

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import psycopg
-from django.db import connection, connections
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import Model
 
@@ -44,11 +45,14 @@ def prepared_cursor() -> Any:
     wraps its own (query logging, execute wrappers, errors as `django.db` errors). Parameters
     are sent typed: a statement where the server cannot tell a parameter's type needs a cast.
     """
-    connection.ensure_connection()
-    raw = _PreparingCursor(connection.connection)
-    if connection.queries_logged:
-        return _PreparedDebugWrapper(raw, connection)
-    return CursorWrapper(raw, connection)
+    # The connection itself, not the `connection` proxy: the wrapper asks it something on every
+    # execute, and each question through the proxy is a thread-local lookup.
+    db = connections[DEFAULT_DB_ALIAS]
+    db.ensure_connection()
+    raw = _PreparingCursor(db.connection)
+    if db.queries_logged:
+        return _PreparedDebugWrapper(raw, db)
+    return CursorWrapper(raw, db)
 
 
 def columns(alias: str, model: type[Model]) -> str:
@@ -60,12 +64,27 @@ def columns(alias: str, model: type[Model]) -> str:
 def from_row(model: type[Model], values: Sequence[Any]) -> Any:
     """Return the model instance of a row's values (`columns`), converted as the ORM converts
     them."""
+    names, converters = _row_reading(model)
+    if len(values) != len(names):
+        raise ValueError(f"{model.__name__} has {len(names)} columns, not {len(values)}")
+    db = connections[DEFAULT_DB_ALIAS]
+    converted = list(values)
+    for i, convert in converters:
+        converted[i] = convert(converted[i], None, db)
+    return model.from_db(db.alias, names, converted)
+
+
+@functools.cache
+def _row_reading(model: type[Model]) -> tuple[list[str], list[tuple[int, Any]]]:
+    """Return the model's column attribute names and, by position, its fields' converters of
+    database values (read once per model: a leaf's completion reads three rows)."""
     fields = model._meta.concrete_fields
-    converted = [
-        field.from_db_value(value, None, connection) if hasattr(field, "from_db_value") else value
-        for field, value in zip(fields, values, strict=True)
+    converters = [
+        (i, field.from_db_value)
+        for i, field in enumerate(fields)
+        if hasattr(field, "from_db_value")
     ]
-    return model.from_db(connection.alias, [field.attname for field in fields], converted)
+    return [field.attname for field in fields], converters
 
 
 def keep_connections(seconds: int | None) -> None:

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
 from django.db import connection, transaction
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from audit.chain import (
     GENESIS_HASH,
@@ -15,7 +18,7 @@ from audit.chain import (
     case_chain,
     verify_chain,
 )
-from audit.models import AuditChainHead, AuditEvent
+from audit.models import ActorKind, AuditChainHead, AuditEvent
 from tests import personas
 from tests.audit_triggers import audit_triggers_suspended
 
@@ -360,3 +363,73 @@ def test_writes_along_an_append_run_in_its_statement_with_their_row_count() -> N
         assert verify_chain(name) == []
     assert AuditChainHead.objects.get(chain=chain).seq == 4
     assert AuditChainHead.objects.get(chain=fresh).seq == 1
+
+
+_JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+    | st.dates()
+    | st.decimals(allow_nan=False, allow_infinity=False, places=3)
+)
+_JSON_VALUES = st.recursive(
+    _JSON_SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=5) | st.integers(0, 9), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(data=st.dictionaries(st.text(max_size=5) | st.integers(0, 9), _JSON_VALUES, max_size=5))
+@settings(max_examples=300, deadline=None)
+def test_event_data_without_the_json_round_trip_is_what_the_round_trip_gives(
+    data: dict[object, object],
+) -> None:
+    """Plain data (str keys; str, int, bool, None, lists, dicts) skips the JSON round trip: it must
+    come out exactly as the round trip gives it, types included, and as a copy."""
+    from django.core.serializers.json import DjangoJSONEncoder
+
+    from audit.chain import _integral_floats_as_ints, _json_safe
+
+    expected = _integral_floats_as_ints(json.loads(json.dumps(data, cls=DjangoJSONEncoder)))
+    got = _json_safe(data)
+    assert got == expected
+    assert json.dumps(got) == json.dumps(expected)  # 1 and True, 1.0 and 1 told apart
+    assert got is not data
+
+
+def test_plain_data_is_copied_and_other_data_takes_the_round_trip() -> None:
+    from audit.chain import _json_safe
+
+    nested = {"a": [1, {"b": "c"}]}
+    safe = _json_safe(nested)
+    nested["a"][1]["b"] = "changed"  # type: ignore[index]
+    assert safe == {"a": [1, {"b": "c"}]}
+    # a str subclass, a tuple, an int key and an integral float all come back as JSON gives them
+    assert _json_safe({"kind": ActorKind.USER, "t": (1, 2), 3: 2.0}) == {
+        "kind": "user",
+        "t": [1, 2],
+        "3": 2,
+    }
+    assert type(_json_safe({"kind": ActorKind.USER})["kind"]) is str
+
+
+@pytest.mark.django_db
+def test_the_returned_event_is_the_stored_row() -> None:
+    user = personas.officer()
+    chain = case_chain(33)
+    append_event("case.created", chain=chain)
+    for actor in (user, "fraud-bot", None):
+        event = append_event("case.updated", actor=actor, chain=chain, data={"n": [1, "x"]})
+        stored = AuditEvent.objects.get(pk=event.pk)
+        fields = [field.attname for field in AuditEvent._meta.concrete_fields]
+        assert [getattr(event, name) for name in fields] == [
+            getattr(stored, name) for name in fields
+        ]
+        assert not event._state.adding and event._state.db == "default"
+        assert event.actor_user == stored.actor_user
