@@ -318,38 +318,39 @@ _ADVANCE_HEAD = (
 )
 
 
-# One event in one statement (PostgreSQL): lock the chain's head, take its seq and hash, hash the
-# event in the database (SHA-256 over the event's text with both filled in: `event_text_around`),
-# move the head on and insert the row. The head's old values come from the locking subquery: in
-# READ COMMITTED an append that waited for the lock reads the head its predecessor committed.
-_APPEND_ONE = (
-    f"WITH old AS (SELECT chain, seq, head_hash FROM {_HEAD_TABLE} "  # noqa: S608
-    "WHERE chain = %(chain)s FOR UPDATE), "
-    f"head AS (UPDATE {_HEAD_TABLE} AS h SET seq = old.seq + 1, head_hash = encode(sha256("
-    "convert_to(%(before)s::text || old.head_hash || %(between)s::text || (old.seq + 1)::text "
-    "|| %(after)s::text, 'UTF8')), 'hex') FROM old WHERE h.chain = old.chain "
-    "RETURNING h.seq, old.head_hash AS prev_hash, h.head_hash) "
-    f"INSERT INTO {_EVENT_TABLE} ({_EVENT_COLUMNS_SQL}) "
+# One event in one statement (PostgreSQL): the head's UPDATE locks its row, moves seq on, keeps
+# the old head_hash as prev_hash and hashes the event in the database (SHA-256 over the event's
+# text with both filled in: `event_text_around`); the insert takes the new row's values. An
+# UPDATE's SET reads the row it locks: in READ COMMITTED an append that waited for the lock
+# re-reads the head its predecessor committed, so no locking read is needed before it.
+_HEAD_MOVE = (
+    "UPDATE {head} SET seq = seq + 1, prev_hash = head_hash, head_hash = encode(sha256("
+    "convert_to(%(before)s::text || head_hash || %(between)s::text || (seq + 1)::text "
+    "|| %(after)s::text, 'UTF8')), 'hex') WHERE chain = %(chain)s{also} "
+    "RETURNING seq, prev_hash, head_hash"
+)
+_INSERT_FROM_HEAD = (
+    "INSERT INTO {event} ({columns}) "
     "SELECT %(chain)s::text, head.seq, %(time)s::timestamptz, %(kind)s::text, %(label)s::text, "
     "%(user)s::bigint, %(action)s::text, %(data)s::jsonb, head.prev_hash, head.head_hash "
     "FROM head RETURNING id, seq, prev_hash, hash"
+)
+_APPEND_ONE = (
+    "WITH head AS ("
+    + _HEAD_MOVE.format(head=_HEAD_TABLE, also="")
+    + ") "
+    + _INSERT_FROM_HEAD.format(event=_EVENT_TABLE, columns=_EVENT_COLUMNS_SQL)
 )
 
 
 # `_APPEND_ONE` with a caller's writes (`Along`) in front: the head's lock waits for the rows
 # of `first`, and the statement returns one row even for a chain with no head yet (its id NULL).
 _APPEND_ALONG = (
-    "WITH {ctes}, old AS (SELECT chain, seq, head_hash FROM {head} "
-    "WHERE chain = %(chain)s AND (SELECT count(*) FROM {first}) >= 0 FOR UPDATE), "
-    "head AS (UPDATE {head} AS h SET seq = old.seq + 1, head_hash = encode(sha256("
-    "convert_to(%(before)s::text || old.head_hash || %(between)s::text || (old.seq + 1)::text "
-    "|| %(after)s::text, 'UTF8')), 'hex') FROM old WHERE h.chain = old.chain "
-    "RETURNING h.seq, old.head_hash AS prev_hash, h.head_hash), "
-    "ins AS (INSERT INTO {event} ({columns}) "
-    "SELECT %(chain)s::text, head.seq, %(time)s::timestamptz, %(kind)s::text, %(label)s::text, "
-    "%(user)s::bigint, %(action)s::text, %(data)s::jsonb, head.prev_hash, head.head_hash "
-    "FROM head RETURNING id, seq, prev_hash, hash) "
-    "SELECT ins.id, ins.seq, ins.prev_hash, ins.hash, (SELECT count(*) FROM {first}) "
+    "WITH {ctes}, head AS ("  # noqa: S608
+    + _HEAD_MOVE.format(head="{head}", also=" AND (SELECT count(*) FROM {first}) >= 0")
+    + "), ins AS ("
+    + _INSERT_FROM_HEAD.format(event="{event}", columns="{columns}")
+    + ") SELECT ins.id, ins.seq, ins.prev_hash, ins.hash, (SELECT count(*) FROM {first}) "
     "FROM (SELECT 1) AS one LEFT JOIN ins ON true"
 )
 
@@ -497,17 +498,21 @@ def _insert_rows(
     marks = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(events))
     # Table and column names come from the model, values are parameters.
     insert = f"INSERT INTO {_EVENT_TABLE} ({_EVENT_COLUMNS_SQL}) VALUES {marks} RETURNING id, seq"  # noqa: S608
-    head = [events[-1].hash, chain]
+    head = [events[-1].hash, events[-1].prev_hash, chain]
     if connection.vendor == "postgresql":
         cursor.execute(
-            f"WITH inserted AS ({insert}) UPDATE {_HEAD_TABLE} SET head_hash = %s "  # noqa: S608
-            "WHERE chain = %s RETURNING (SELECT array_agg(id ORDER BY seq) FROM inserted)",
+            f"WITH inserted AS ({insert}) UPDATE {_HEAD_TABLE} SET head_hash = %s, "  # noqa: S608
+            "prev_hash = %s WHERE chain = %s "
+            "RETURNING (SELECT array_agg(id ORDER BY seq) FROM inserted)",
             [*values, *head],
         )
         return [int(pk) for pk in cursor.fetchone()[0]]
     cursor.execute(insert, values)
     by_seq = dict((int(seq), int(pk)) for pk, seq in cursor.fetchall())
-    cursor.execute(f"UPDATE {_HEAD_TABLE} SET head_hash = %s WHERE chain = %s", head)  # noqa: S608
+    cursor.execute(
+        f"UPDATE {_HEAD_TABLE} SET head_hash = %s, prev_hash = %s WHERE chain = %s",  # noqa: S608
+        head,
+    )
     return [by_seq[event.seq] for event in events]
 
 

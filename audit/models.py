@@ -18,11 +18,17 @@ class ActorKind(models.TextChoices):
 
 
 class AuditChainHead(models.Model):
-    """The last sequence number and hash of one audit chain; locked to serialise appends."""
+    """The last sequence number and hash of one audit chain; locked to serialise appends.
+
+    `prev_hash` is the hash the last event follows (its own `prev_hash`): one append's UPDATE
+    moves `head_hash` into it, so the statement returns the old hash without a locking read
+    before it. Empty for a chain with no event yet.
+    """
 
     chain = models.CharField(max_length=64, primary_key=True)
     seq = models.PositiveBigIntegerField(default=0)
     head_hash = models.CharField(max_length=64)
+    prev_hash = models.CharField(max_length=64, db_default="", blank=True)
 
     class Meta:
         db_table = "oversight_auditchainhead"

@@ -263,7 +263,7 @@ def test_one_event_on_postgresql_is_one_statement_hashed_as_the_verifier_hashes(
         event = append_event(
             "oversight.gate.approved", actor=user, chain=chain, data={"why": "geprüft ✓"}
         )
-    assert _statements(queries) == ["WITH old AS"]
+    assert _statements(queries) == ["WITH head AS"]
     stored = AuditEvent.objects.get(pk=event.pk)
     assert (stored.seq, stored.hash, stored.actor_user_id) == (2, event.hash, user.pk)
     assert AuditChainHead.objects.get(chain=chain).head_hash == event.hash
@@ -301,7 +301,7 @@ def test_an_append_outside_a_transaction_is_one_statement_and_its_own_transactio
     with CaptureQueriesContext(connection) as queries:
         event = append_event("case.updated", chain=chain, data={"n": 1})
     # no BEGIN or COMMIT around it: the statement commits by itself
-    assert _statements(queries) == ["WITH old AS"]
+    assert _statements(queries) == ["WITH head AS"]
     assert AuditEvent.objects.get(pk=event.pk).hash == event.hash
     with pytest.raises(DataError):  # refused whole: the head did not move on
         append_event("case.step", actor="x" * 151, chain=chain)
@@ -433,3 +433,25 @@ def test_the_returned_event_is_the_stored_row() -> None:
         ]
         assert not event._state.adding and event._state.db == "default"
         assert event.actor_user == stored.actor_user
+
+
+@pytest.mark.django_db
+def test_the_head_keeps_the_hash_its_last_event_follows() -> None:
+    """A one-event append reads its predecessor's hash from the head's own update (prev_hash is
+    moved there from head_hash); a batched append leaves the head as the batch's last event."""
+    chain = case_chain(31)
+    first = append_event("case.created", chain=chain)
+    second = append_event("case.planned", chain=chain, data={"n": 2})
+    head = AuditChainHead.objects.get(chain=chain)
+    assert (head.seq, head.head_hash, head.prev_hash) == (2, second.hash, first.hash)
+    assert second.prev_hash == first.hash
+    with transaction.atomic():
+        batch = append_events(
+            [NewEvent("case.step.one", None, {}), NewEvent("case.step.two", None, {})],
+            chain=chain,
+        )
+    head.refresh_from_db()
+    assert (head.seq, head.head_hash, head.prev_hash) == (4, batch[1].hash, batch[0].hash)
+    after = append_event("case.closed", chain=chain)
+    assert after.prev_hash == batch[1].hash
+    assert verify_chain(chain) == []

@@ -36,9 +36,17 @@ import json
 from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection, transaction
-from audit.chain import check_chain
-from audit.models import AuditEvent
+from audit.chain import append_event, check_chain
+from audit.models import AuditChainHead, AuditEvent
 chains = sorted(set(AuditEvent.objects.values_list("chain", flat=True)))
+heads_follow = {
+    head.chain: head.prev_hash
+    == AuditEvent.objects.get(chain=head.chain, seq=head.seq).prev_hash
+    for head in AuditChainHead.objects.all()
+}
+hashes = sorted(AuditEvent.objects.values_list("hash", flat=True))
+appended = append_event("migrate.forward.checked", chain=chains[0])
+appended_problems = [str(p) for p in check_chain(chains[0]).problems]
 problems = {c: [str(p) for p in check_chain(c).problems] for c in chains}
 refused = False
 try:
@@ -49,8 +57,10 @@ except Exception as exc:
 print(json.dumps({
     "chains": chains,
     "problems": problems,
-    "hashes": sorted(AuditEvent.objects.values_list("hash", flat=True)),
+    "hashes": hashes,
     "refused": refused,
+    "heads_follow": heads_follow,
+    "appended": [appended.seq, appended_problems],
     "content_types": sorted(
         f"{t.app_label}.{t.model}" for t in ContentType.objects.filter(model__startswith="audit")
     ),
@@ -171,6 +181,10 @@ def test_a_database_made_before_the_move_migrates_forward_and_verifies(
     assert found["hashes"] == hashes_before
     assert found["problems"] == {chain: [] for chain in CHAINS_BEFORE}
     assert found["refused"] is True
+    # The heads keep the hash their last event follows (audit 0002), and appending goes on.
+    assert found["heads_follow"] == {chain: True for chain in CHAINS_BEFORE}
+    assert found["appended"][1] == []
+    assert found["appended"][0] > 1
     assert found["content_types"] == ["audit.auditchainhead", "audit.auditevent"]
     assert found["moved"] == [
         "accounts.accessdenial",

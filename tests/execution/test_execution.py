@@ -368,7 +368,7 @@ def test_a_leafs_hot_statements_are_prepared_once_per_connection(analyst, office
             "claim facts": "json_agg(json_build_object('id', g.id",
             "release": "jsonb_array_elements_text(n.depends_on)",
             "attempt ended": '"ended" AS (UPDATE',
-            "audit append": "WITH old AS (SELECT chain, seq, head_hash",
+            "audit append": "prev_hash = head_hash, head_hash = encode(sha256(",
             "leaf claimed": "FOR UPDATE OF n SKIP LOCKED",
             "leaf completed": "FOR UPDATE OF n FOR SHARE OF c",
             "dependents locked": "ORDER BY n.id FOR UPDATE OF n",
