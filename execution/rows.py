@@ -19,7 +19,7 @@ from execution.models import ExecutionControl, TrustScore
 from oversight.models import OPEN_GATE_STATUSES, Gate, GateKind, PolicyVersion
 from planning.models import Agent, Case, NodeStatus, PlanNode, PlanVersion
 from planning.transitions import move_leaf_from
-from web.db import columns, from_row, prepared_cursor
+from web.db import checked_on_the_row, columns, from_row, prepared_cursor
 
 _NODE = f'"{PlanNode._meta.db_table}"'
 
@@ -77,8 +77,8 @@ _CLAIMING_SQL = _LEAF_WITH_CASE_SQL.format(facts=f", {CLAIM_FACTS}") + "FOR UPDA
 # ending at once, exactly one releases their common child).
 _PENDING_SQL = (
     f"SELECT {columns('n', PlanNode)} FROM {_NODE} n "  # noqa: S608
-    "WHERE n.version_id = %s AND n.kind = %s AND n.status = %s AND n.id = ANY(%s) "
-    "ORDER BY n.id FOR UPDATE OF n"
+    f"WHERE n.id = ANY(%s) AND {checked_on_the_row('n.version_id', '%s')} "
+    "AND n.kind = %s AND n.status = %s ORDER BY n.id FOR UPDATE OF n"
 )
 
 # The first ready leaf of a version in the plan's order that no other transaction holds, with
@@ -148,8 +148,9 @@ def pending_lock(version_id: int, ids: Sequence[int], *, after: str = "") -> Alo
     locked when it has no row."""
     sql = (
         f'"pending" AS (SELECT n.id FROM {_NODE} n '  # noqa: S608
-        "WHERE n.version_id = %(pending_version)s AND n.kind = %(pending_kind)s "
-        "AND n.status = %(pending_status)s AND n.id = ANY(%(pending_ids)s) "
+        f"WHERE n.id = ANY(%(pending_ids)s) AND "
+        f"{checked_on_the_row('n.version_id', '%(pending_version)s')} "
+        "AND n.kind = %(pending_kind)s AND n.status = %(pending_status)s "
         + (f"AND (SELECT count(*) FROM {after}) > 0 " if after else "")  # noqa: S608
         + "ORDER BY n.id FOR UPDATE OF n)"
     )
@@ -178,7 +179,8 @@ _COMPLETING_CTE = (
     f"FROM {_NODE} n "
     f'JOIN "{PlanVersion._meta.db_table}" v ON v.id = n.version_id '
     f'JOIN "{Case._meta.db_table}" c ON c.id = v.case_id '
-    "WHERE n.id = %(done_node)s AND n.kind = %(done_kind)s AND n.version_id = %(done_version)s "
+    "WHERE n.id = %(done_node)s AND n.kind = %(done_kind)s AND "
+    f"{checked_on_the_row('n.version_id', '%(done_version)s')} "
     "AND c.current_version_id = n.version_id AND c.status = ANY(%(done_running)s) "
     "FOR UPDATE OF n FOR SHARE OF c)"
 )
@@ -243,7 +245,7 @@ def complete_in_one(
 def locked_pending(version_id: int, ids: Sequence[int]) -> list[PlanNode]:
     """Return the version's `pending` leaves among `ids`, locked in id order."""
     with prepared_cursor() as cursor:
-        cursor.execute(_PENDING_SQL, [version_id, LEAF, NodeStatus.PENDING, list(ids)])
+        cursor.execute(_PENDING_SQL, [list(ids), version_id, LEAF, NodeStatus.PENDING])
         rows = cursor.fetchall()
     return [from_row(PlanNode, row) for row in rows]
 

@@ -236,7 +236,11 @@ class PlanNode(models.Model):
         COMPOUND = "compound"
         LEAF = "leaf"
 
-    version = models.ForeignKey(PlanVersion, on_delete=models.PROTECT, related_name="nodes")
+    # No index of its own: the unique (version, key) index leads with the version, and a
+    # second index on it only gave the planner a worse way to look up a node by its key.
+    version = models.ForeignKey(
+        PlanVersion, on_delete=models.PROTECT, related_name="nodes", db_index=False
+    )
     key = models.CharField(max_length=200)
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"

@@ -18,7 +18,7 @@ from django.utils import timezone
 from audit.chain import Along, NewEvent
 from audit.transitions import Audit, Moved, Transitions, move_row, move_row_from, move_rows
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
-from web.db import columns, from_row, prepared_cursor
+from web.db import checked_on_the_row, columns, from_row, prepared_cursor
 
 __all__ = ["CASE", "NODE", "block_nodes", "move_case", "move_node", "move_nodes", "release_nodes"]
 
@@ -162,15 +162,18 @@ def move_nodes(
 # The locked pending nodes of the list whose every dependency (a leaf key of the same version)
 # is a leaf that succeeded, made ready in one statement: the check reads the statuses in the
 # UPDATE's own snapshot, taken after the nodes were locked (a parent that committed meanwhile
-# counts, E11).
+# counts, E11). Each dependency's status is a scalar subquery, so it is one lookup in the
+# (version, key) index whatever the planner's statistics: as an anti-join over the set of keys
+# (which it guesses at 100) a prepared statement's generic plan read the version's every node
+# for each node released.
 _RELEASE_SQL = """
 UPDATE {table} n SET status = %s, enqueued_at = %s
  WHERE n.id = ANY(%s) AND n.status = %s
    AND NOT EXISTS (
      SELECT 1 FROM jsonb_array_elements_text(n.depends_on) AS dep(key)
-      WHERE NOT EXISTS (
-        SELECT 1 FROM {table} d
-         WHERE d.version_id = n.version_id AND d.kind = %s AND d.key = dep.key AND d.status = %s))
+      WHERE (SELECT d.status FROM {table} d
+              WHERE d.version_id = n.version_id AND d.kind = %s AND d.key = dep.key)
+            IS DISTINCT FROM %s)
 RETURNING n.id{returning}
 """
 
@@ -245,13 +248,16 @@ def release_locked(
     table = connection.ops.quote_name(PlanNode._meta.db_table)
     sql = _RELEASE_SQL.format(
         table=table, returning=f", {columns('n', PlanNode)}, {returning}"
-    ).replace("WHERE n.id = ANY(%s)", "WHERE n.version_id = %s AND n.id = ANY(%s)")
+    ).replace(
+        "WHERE n.id = ANY(%s)",
+        f"WHERE n.id = ANY(%s) AND {checked_on_the_row('n.version_id', '%s')}",
+    )
     fields = len(PlanNode._meta.concrete_fields)
     with prepared_cursor() as cursor:
         cursor.execute(
             sql,
             [
-                NodeStatus.READY, enqueued_at, version_id, list(ids), NodeStatus.PENDING,
+                NodeStatus.READY, enqueued_at, list(ids), version_id, NodeStatus.PENDING,
                 PlanNode.Kind.LEAF, NodeStatus.SUCCEEDED,
             ],
         )  # fmt: skip

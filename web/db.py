@@ -55,6 +55,19 @@ def prepared_cursor() -> Any:
     return CursorWrapper(raw, db)
 
 
+def checked_on_the_row(column: str, param: str) -> str:
+    """Return an equality test of a NOT NULL `column` (SQL) with `param` that the planner checks
+    on the rows it found and never uses to find them.
+
+    For a row found by its primary key that must also belong to, say, a version: written as
+    `=`, a prepared statement's generic plan may reach for the version's index instead (on
+    tables without statistics the two look equally cheap) and read the version's every row.
+    `IS NOT DISTINCT FROM` is the same test on a column that cannot be NULL, and no index serves
+    it.
+    """
+    return f"{column} IS NOT DISTINCT FROM {param}"
+
+
 def columns(alias: str, model: type[Model]) -> str:
     """Return the model's columns as a written-out statement selects them (`from_row` reads
     them back), each qualified by the table's `alias`."""
