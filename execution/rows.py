@@ -82,10 +82,12 @@ _PENDING_SQL = (
 )
 
 # The first ready leaf of a version in the plan's order that no other transaction holds, with
-# what its claim checks.
+# what its claim checks. The status is written out, not a parameter: then the planner may read
+# the in-flight index (`plan_node_in_flight`: the few ready, running and retrying nodes of every
+# version) instead of the version's every node.
 _NEXT_READY_SQL = (
     f"SELECT {columns('n', PlanNode)}, {CLAIM_FACTS} FROM {_NODE} n "  # noqa: S608
-    "WHERE n.version_id = %s AND n.kind = %s AND n.status = %s "
+    f"WHERE n.version_id = %s AND n.kind = %s AND n.status = {_literal(NodeStatus.READY)} "
     "ORDER BY n.position LIMIT 1 FOR UPDATE OF n SKIP LOCKED"
 )
 
@@ -254,7 +256,7 @@ def next_ready(version_id: int) -> PlanNode | None:
     """Return the version's first `ready` leaf (the plan's order) no other transaction holds,
     locked, with what its claim checks (`with_claim_facts`)."""
     with prepared_cursor() as cursor:
-        cursor.execute(_NEXT_READY_SQL, [version_id, LEAF, NodeStatus.READY])
+        cursor.execute(_NEXT_READY_SQL, [version_id, LEAF])
         row = cursor.fetchone()
     if row is None:
         return None
