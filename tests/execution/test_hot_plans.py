@@ -137,15 +137,18 @@ def test_a_completions_statements_find_plan_nodes_by_index(big_case: Any, analyz
         )
     # The leaf's move (with its dependents' lock), their release, and the claim of the next
     # ready leaf (it released none: each leaf of the next layer waits for three): each read by
-    # its key or by the in-flight index, never the version's every node.
+    # its key, or through the in-flight index (alone, or ANDed in a bitmap with the version's
+    # entries of the key index), never the version's every node.
+    in_flight = "plan_node_in_flight"
     hot = {
-        "completing": ('"completing" AS', BY_INDEX),
-        "release": ("enqueued_at = %s", BY_INDEX),
-        "next ready": ("SKIP LOCKED", {"plan_node_in_flight"}),
+        "completing": ('"completing" AS', BY_INDEX, None),
+        "release": ("enqueued_at = %s", BY_INDEX, None),
+        "next ready": ("SKIP LOCKED", BY_INDEX | {in_flight}, in_flight),
     }
-    for name, (mark, allowed) in hot.items():
+    for name, (mark, allowed, needed) in hot.items():
         found = [(sql, params) for sql, params in sent if mark in sql]
         assert len(found) == 1, (name, [sql[:80] for sql, _ in sent])
         scans = _node_scans(_generic_plan(*found[0]))
         assert scans and set(scans) <= allowed, (name, scans)
+        assert needed is None or needed in scans, (name, scans)
     assert PlanNode.objects.get(pk=first.pk).status == NodeStatus.SUCCEEDED
