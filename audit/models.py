@@ -55,7 +55,10 @@ class AuditEvent(models.Model):
     action = models.CharField(max_length=100)
     data = models.JSONField(default=dict)
     prev_hash = models.CharField(max_length=64)
-    hash = models.CharField(max_length=64, unique=True)
+    # Not indexed: no read looks an event up by its hash, and (chain, seq) identifies it. A unique
+    # index on a SHA-256 value is a random-key B-tree insert (two, with its LIKE index) on every
+    # append, which grew with the table; the chain is verified by recomputing the hashes.
+    hash = models.CharField(max_length=64)
 
     class Meta:
         db_table = "oversight_auditevent"

@@ -54,12 +54,17 @@ try:
         AuditEvent.objects.filter(seq=1).update(action="tampered.event")
 except Exception as exc:
     refused = "append-only" in str(exc)
+with connection.cursor() as cursor:
+    constraints = connection.introspection.get_constraints(cursor, "oversight_auditevent")
 print(json.dumps({
     "chains": chains,
     "problems": problems,
     "hashes": hashes,
     "refused": refused,
     "heads_follow": heads_follow,
+    "hash_indexes": sorted(
+        name for name, c in constraints.items() if c["columns"] == ["hash"]
+    ),
     "appended": [appended.seq, appended_problems],
     "content_types": sorted(
         f"{t.app_label}.{t.model}" for t in ContentType.objects.filter(model__startswith="audit")
@@ -183,6 +188,9 @@ def test_a_database_made_before_the_move_migrates_forward_and_verifies(
     assert found["refused"] is True
     # The heads keep the hash their last event follows (audit 0002), and appending goes on.
     assert found["heads_follow"] == {chain: True for chain in CHAINS_BEFORE}
+    # The event's hash is no longer indexed (audit 0003): neither its unique index nor the
+    # LIKE index beside it on PostgreSQL is left.
+    assert found["hash_indexes"] == []
     assert found["appended"][1] == []
     assert found["appended"][0] > 1
     assert found["content_types"] == ["audit.auditchainhead", "audit.auditevent"]
