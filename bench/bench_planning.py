@@ -6,6 +6,13 @@ Sibling compounds are expanded concurrently, so the wall-clock should be about d
 ``ratio = wall / (depth x 0.1 s)``, target ≤ 1.15 for both (one call after another would give
 10.3 and 24.3); the wall-clock is the median of seven runs. Also the calls a repeated goal costs
 once the cache holds its answers (target 0).
+
+Beside each tree, in the same run, its floor: the request bodies one plan of it sent, sent again
+level by level (each level's at once on a pool of ``CONCURRENCY`` threads) through a new
+transport of the planner's (`ChatTransport`: the `openai` SDK and its HTTP client), with no
+planning code around them.
+``transport_floor_ratio`` is that wall-clock ÷ (depth x 0.1 s), ``ratio_vs_transport_floor``
+the planner's wall-clock ÷ the floor's: what the planner's own work adds to the calls it makes.
 """
 
 from __future__ import annotations
@@ -14,12 +21,15 @@ import json
 import re
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from planning.core.llm.cache import InMemoryDecompositionCache
 from planning.core.llm.client import LlmClient
 from planning.core.llm.decomposition import LlmBudgets, LlmDecomposition, expected_calls
 from planning.core.llm.records import LlmSettings
+from planning.core.llm.transport import ChatTransport
 from planning.core.tree import Goal
 from tests.fakes.openai_server import RecordedRequest, Reply, fake_openai_process, fake_stats
 
@@ -85,13 +95,8 @@ def _respond(request: RecordedRequest) -> Reply:
     return json.dumps({"steps": steps})
 
 
-def _planner(
-    env: dict[str, str],
-    branching: int,
-    depth: int,
-    cache: InMemoryDecompositionCache | None = None,
-) -> LlmDecomposition:
-    settings = LlmSettings(
+def _settings(env: dict[str, str]) -> LlmSettings:
+    return LlmSettings(
         api_key=env["OPENAI_API_KEY"],
         base_url=env["OPENAI_BASE_URL"],
         model=env["CASEHUB_LLM_MODEL"],
@@ -99,13 +104,72 @@ def _planner(
         max_retries=0,
         max_concurrency=CONCURRENCY,
     )
+
+
+def _planner(
+    env: dict[str, str],
+    branching: int,
+    depth: int,
+    cache: InMemoryDecompositionCache | None = None,
+) -> LlmDecomposition:
     return LlmDecomposition(
-        LlmClient(settings),
+        LlmClient(_settings(env)),
         AGENTS,
         max_depth=depth,
         budgets=LlmBudgets(max_calls=1000, max_leaves=10_000, max_fanout=branching),
         cache=cache,
     )
+
+
+def _recorded_levels(env: dict[str, str], branching: int, depth: int) -> list[list[dict[str, Any]]]:
+    """Plan the tree once and return the request bodies the planner sent, level by level (a
+    goal's level is the number of "/" in it: the fake names subtasks "<goal>/s<i>")."""
+    planner = _planner(env, branching, depth)
+    transport = planner.client.transport
+    bodies: list[dict[str, Any]] = []
+    exchange = transport.exchange
+
+    def recording(build: Any, sent: list[dict[str, Any]]) -> Any:
+        return exchange(lambda form: _kept(build(form), bodies), sent)
+
+    transport.exchange = recording  # type: ignore[method-assign]
+    planner.plan(GOAL, STATE)
+    planner.client.close()
+    levels: dict[int, list[dict[str, Any]]] = {}
+    for body in bodies:
+        text = "\n".join(str(m.get("content", "")) for m in body["messages"])
+        match = _GOAL.search(text)
+        levels.setdefault(match.group(1).count("/") if match else 0, []).append(body)
+    return [levels[level] for level in sorted(levels)]
+
+
+def _kept(
+    built: tuple[dict[str, Any], list[dict[str, Any]]], bodies: list[dict[str, Any]]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    bodies.append(built[0])
+    return built
+
+
+def _transport_floor(env: dict[str, str], levels: list[list[dict[str, Any]]]) -> float:
+    """Return the wall-clock of a plan's requests sent again through a new transport alone.
+
+    The same bodies, level by level, each level's requests at once on a pool of `CONCURRENCY`
+    threads, each answer parsed as the transport parses it: the `openai` SDK's and the HTTP
+    stack's share of a plan, with nothing of the planner (prompts, call records, repairs, the
+    plan's build). A new transport, as for each plan: its connections open inside the clock.
+    """
+    transport = ChatTransport(_settings(env))
+
+    def call(body: dict[str, Any]) -> None:
+        transport.exchange(lambda form: (body, []), [])
+
+    with ThreadPoolExecutor(CONCURRENCY) as pool:
+        started = time.perf_counter()
+        for level in levels:
+            list(pool.map(call, level))
+        wall = time.perf_counter() - started
+    transport.close()
+    return wall
 
 
 def run() -> dict[str, float]:
@@ -136,6 +200,11 @@ def run() -> dict[str, float]:
             results[f"{name}.ratio"] = round(wall / (depth * LATENCY_S), 4)
             # best of the runs, as `timeit` reports: the run least disturbed by other processes
             results[f"{name}.ratio_best"] = round(min(walls) / (depth * LATENCY_S), 4)
+            # the floor: the same calls through the same transport, no planning code
+            levels = _recorded_levels(env, branching, depth)
+            floor = statistics.median(_transport_floor(env, levels) for _ in range(REPEATS))
+            results[f"{name}.transport_floor_ratio"] = round(floor / (depth * LATENCY_S), 4)
+            results[f"{name}.ratio_vs_transport_floor"] = round(wall / floor, 4)
 
         cache = InMemoryDecompositionCache()
         _planner(env, 5, 2, cache).plan(GOAL, STATE)
