@@ -258,6 +258,9 @@ CASEHUB_LEAF_RETRY_MAX_S = env_int("CASEHUB_LEAF_RETRY_MAX_S", 60, minimum=0)
 CASEHUB_LEAF_REDISPATCH_AFTER_S = env_int("CASEHUB_LEAF_REDISPATCH_AFTER_S", 30, minimum=1)
 # A task runs the leaves its completions claim for this long, then hands the rest to the queue.
 CASEHUB_LEAF_INLINE_S = env_int("CASEHUB_LEAF_INLINE_S", 10, minimum=0)
+# On PostgreSQL a worker runs its next step while the last one's result is recorded on a thread
+# of its own (its completion claims the step after the one running now).
+CASEHUB_LEAF_OVERLAP = env_bool("CASEHUB_LEAF_OVERLAP", True)
 CASEHUB_EXECUTION_RECONCILE_INTERVAL_S = env_int(
     "CASEHUB_EXECUTION_RECONCILE_INTERVAL_S", 10, minimum=1
 )

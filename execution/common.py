@@ -175,6 +175,8 @@ class Ended:
     ready: tuple[int, ...] = field(default_factory=tuple)
     # The leaf this worker claimed in the same transaction, to run next (`keep`).
     claimed: Claim | None = None
+    # The one it claimed to run after that (`keep` 2: claimed ahead while `claimed` runs).
+    ahead: Claim | None = None
 
 
 def idempotency_key(node: PlanNode) -> str:

@@ -278,14 +278,16 @@ def _succeed(
         )
         released = [n.key for n in ready]
         started: list[NewAttempt] = []
-        claimed = (
-            _claim_next(node, case, ready[:keep], worker, audit=audit, started=started)
+        claims = (
+            _claim_next(node, case, ready[:keep], worker, keep, audit=audit, started=started)
             if keep and not cancelled and not stopped and case.status == CaseStatus.EXECUTING
-            else None
+            else []
         )
+        claimed = claims[0] if claims else None
         if not stopped:
+            taken = {claim.node_id for claim in claims}
             for other in ready:
-                if claimed is None or other.pk != claimed.node_id:
+                if other.pk not in taken:
                     dispatch.enqueue_leaf(other.pk)
         # The rows every completion of the case shares (the agent's trust, the chain head)
         # are locked last, so completions run side by side until there.
@@ -304,6 +306,9 @@ def _succeed(
         if claimed is not None:
             # This worker runs it next: its claim is audited here, not in an event of its own.
             data["claimed"] = claim_data(claimed, worker)
+        if len(claims) > 1:
+            # and this one after it (`keep` 2: claimed ahead, while the next runs)
+            data["claimed_ahead"] = claim_data(claims[1], worker)
         audit.add(NewEvent("execution.leaf.succeeded", node.agent or None, data))
     if along is not None and not along.count:
         # The agent's first outcome: its trust rows are created (the increment changed none).
@@ -320,6 +325,7 @@ def _succeed(
         status=NodeStatus.SUCCEEDED,
         ready=tuple(n.pk for n in ready),
         claimed=claimed,
+        ahead=claims[1] if len(claims) > 1 else None,
     )
 
 
@@ -375,31 +381,40 @@ def _claim_next(
     case: Case,
     kept: Sequence[PlanNode],
     worker: str,
+    count: int,
     *,
     audit: Audit,
     started: list[NewAttempt],
-) -> Claim | None:
-    """Claim, in a completing transaction, the leaf this worker runs next.
+) -> list[Claim]:
+    """Claim, in a completing transaction, up to `count` leaves this worker runs next.
 
-    The first leaf the completion released (locked already), or else another ready leaf of the
-    same version no other transaction holds (SKIP LOCKED; its queued message then finds it taken).
+    The leaves the completion released (locked already) first, then other ready leaves of the
+    same version no other transaction holds (SKIP LOCKED; their queued messages then find them
+    taken). Stops at the first leaf its checks refuse (it stays ready, and its message runs it).
     """
-    if kept:
-        nxt: PlanNode | None = kept[0]
-    elif connection.vendor == "postgresql":
-        nxt = rows.next_ready(node.version_id)
-    else:
-        nxt = (
-            PlanNode.objects.select_for_update(of=("self",), skip_locked=True)
-            .filter(version_id=node.version_id, kind=LEAF, status=NodeStatus.READY)
-            .order_by("position")  # the plan's order, as start_execution sends them
-            .first()
-        )
-    if nxt is None:
-        return None
-    nxt.version = node.version
-    taken = take_leaf(nxt, case, worker, audit=audit, started=started)
-    return taken if isinstance(taken, Claim) else None
+    claims: list[Claim] = []
+    kept = list(kept)
+    while len(claims) < count:
+        nxt: PlanNode | None
+        if kept:
+            nxt = kept.pop(0)
+        elif connection.vendor == "postgresql":
+            nxt = rows.next_ready(node.version_id)
+        else:
+            nxt = (
+                PlanNode.objects.select_for_update(of=("self",), skip_locked=True)
+                .filter(version_id=node.version_id, kind=LEAF, status=NodeStatus.READY)
+                .order_by("position")  # the plan's order, as start_execution sends them
+                .first()
+            )
+        if nxt is None:
+            break
+        nxt.version = node.version
+        taken = take_leaf(nxt, case, worker, audit=audit, started=started)
+        if not isinstance(taken, Claim):
+            break
+        claims.append(taken)
+    return claims
 
 
 def _open_work(case: Case) -> bool:

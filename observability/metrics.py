@@ -150,9 +150,12 @@ def count_events(events: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
                     decided.append(int(data["gate"]))
         elif family == "execution.leaf":
             _leaf_events(event).inc()
-            # A completion that claims the worker's next leaf audits that claim in its own event.
-            if event == "succeeded" and data.get("claimed"):
-                _leaf_events("claimed").inc()
+            # A completion that claims the worker's next leaf (and the one after it) audits
+            # those claims in its own event.
+            if event == "succeeded":
+                for key in ("claimed", "claimed_ahead"):
+                    if data.get(key):
+                        _leaf_events("claimed").inc()
         elif action == "planning.llm.called":
             _count_llm_call(data)
     if decided:

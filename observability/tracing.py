@@ -136,6 +136,32 @@ def span(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Spa
         yield opened
 
 
+def start_span(name: str, attributes: Mapping[str, Any] | None = None) -> Span | None:
+    """Start a span that the caller ends itself (`Span.end`, from any thread); None while off.
+
+    It is not made current: `current_span` makes it so for a block.
+    """
+    current = tracer()
+    if current is None:
+        return None
+    return current.start_span(name, attributes=dict(attributes or {}))
+
+
+@contextmanager
+def current_span(span: Span | None) -> Iterator[None]:
+    """Make `span` the current one for the block (children started in it are its own); the
+    block's end does not end it. An exception leaving the block is recorded on it."""
+    if span is None:
+        yield
+        return
+    from opentelemetry import trace
+
+    with trace.use_span(
+        span, end_on_exit=False, record_exception=True, set_status_on_exception=True
+    ):
+        yield
+
+
 def inject_context(carrier: dict[str, Any]) -> None:
     """Add the current trace context (W3C `traceparent`) to a message's headers; nothing if off."""
     if tracer() is not None:

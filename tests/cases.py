@@ -22,3 +22,25 @@ def planned_invoice_case(submitter: Any, *, goal: str = "Verify invoice INV-1042
     materialise_plan(case.pk)
     case.refresh_from_db()
     return case
+
+
+def scripted_case(submitter: Any, officer: Any, leaves: list[dict[str, Any]]) -> Case:
+    """A case of the execution test pack (`tests.fakes.execution_pack`, registered by the
+    caller) whose inputs script its leaves, planned, its plan gate approved by `officer`."""
+    from oversight.models import Gate, GateKind
+    from tests.execution.test_execution import approve
+    from tests.fakes import execution_pack
+
+    case = submit_case(
+        submitter=submitter,
+        title="Wide",
+        goal="Run a wide plan",
+        domain=execution_pack.SLUG,
+        strategy="static",
+        inputs={"leaves": leaves},
+    )
+    materialise_plan(case.pk)
+    case.refresh_from_db()
+    assert case.status == "awaiting_approval", (case.status, case.error)
+    approve(Gate.objects.get(case=case, kind=GateKind.PLAN), officer)
+    return case

@@ -92,6 +92,11 @@ def django_db_setup(django_db_setup: None) -> Iterator[None]:
         yield
     finally:
         BaseDatabaseOperations.execute_sql_flush = original  # type: ignore[method-assign]
+        # The worker's completer thread holds a connection to the test database of its own
+        # (`execution.worker`): closed before the database is dropped.
+        from execution.worker import stop_completer
+
+        stop_completer()
 
 
 # Personas ---------------------------------------------------------------------------------------

@@ -21,12 +21,9 @@ import pytest
 from django.db import connection
 
 from execution import actions as execution
-from oversight.models import Gate, GateKind
-from planning.actions import materialise_plan, submit_case
 from planning.catalogue import sync_packs
 from planning.models import NodeStatus, PlanNode
-from tests.execution.test_execution import approve
-from tests.fakes import execution_pack
+from tests.cases import scripted_case
 
 pytestmark = [
     pytest.mark.django_db,
@@ -53,18 +50,7 @@ def big_case(settings: Any, analyst: Any, officer: Any) -> Iterator[Any]:
         for layer in range(LAYERS)
         for i in range(WIDTH)
     ]
-    case = submit_case(
-        submitter=analyst,
-        title="Wide",
-        goal="Run a wide plan",
-        domain=execution_pack.SLUG,
-        strategy="static",
-        inputs={"leaves": leaves},
-    )
-    materialise_plan(case.pk)
-    case.refresh_from_db()
-    assert case.status == "awaiting_approval", (case.status, case.error)
-    approve(Gate.objects.get(case=case, kind=GateKind.PLAN), officer)
+    case = scripted_case(analyst, officer, leaves)
     yield case
 
 

@@ -1,4 +1,5 @@
-"""The worker's lease keeper: one thread per process renews the lease of the attempt it runs."""
+"""The worker's lease keeper: one thread per process renews the leases of the attempts it holds
+(the one it runs, and the one it claimed to run next)."""
 
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ def test_a_lease_is_not_renewed_past_the_hard_limit_nor_for_an_attempt_that_lost
     keeper.hold(claimed)
     assert _eventually(lambda: _lease(claimed.node_id) > first)
     # Past the hard limit the keeper lets the claim go: the lease runs out.
-    assert _eventually(lambda: keeper._claim is None)
+    assert _eventually(lambda: not keeper._claims)
     last = _lease(claimed.node_id)
     time.sleep(LEASE_S)
     assert _lease(claimed.node_id) == last
@@ -83,6 +84,31 @@ def test_a_lease_is_not_renewed_past_the_hard_limit_nor_for_an_attempt_that_lost
     keeper.hold(claimed)
     # Another attempt took the leaf: the renewal changes nothing and the claim is dropped.
     PlanNode.objects.filter(pk=claimed.node_id).update(attempts=claimed.attempt + 1)
-    assert _eventually(lambda: keeper._claim is None)
+    assert _eventually(lambda: not keeper._claims)
     node = PlanNode.objects.get(pk=claimed.node_id)
     assert node.status == NodeStatus.RUNNING and node.lease_until == last
+
+
+def test_the_leaf_claimed_ahead_keeps_its_lease_while_the_one_before_it_runs(
+    claimed: execution.Claim, analyst: Any, officer: Any
+) -> None:
+    """A worker holds the leaf it runs and the one its last completion claimed for it next:
+    both leases are renewed, each until it is released."""
+    case = planned_invoice_case(analyst)
+    approve(Gate.objects.get(case=case, kind=GateKind.PLAN), officer)
+    other = execution.claim_leaf(leaves(case)["extract-fields"].pk, worker="w")
+    keeper = _LeaseKeeper()
+    firsts = _lease(claimed.node_id), _lease(other.node_id)
+    keeper.hold(claimed)
+    keeper.hold(other)
+    assert _eventually(
+        lambda: _lease(claimed.node_id) > firsts[0] and _lease(other.node_id) > firsts[1]
+    )
+    keeper.release(claimed)
+    time.sleep(LEASE_S / 3)
+    released = _lease(claimed.node_id)
+    kept = _lease(other.node_id)
+    time.sleep(LEASE_S)
+    assert _lease(claimed.node_id) == released
+    assert _lease(other.node_id) > kept
+    keeper.release(other)

@@ -115,9 +115,10 @@ def named_nodes(data: dict[str, Any]) -> set[str]:
         value = data.get(field)
         if isinstance(value, list):
             names |= {v for v in value if isinstance(v, str)}
-    claimed = data.get("claimed")
-    if isinstance(claimed, dict) and isinstance(claimed.get("node"), str):
-        names.add(claimed["node"])
+    for field in ("claimed", "claimed_ahead"):
+        claimed = data.get(field)
+        if isinstance(claimed, dict) and isinstance(claimed.get("node"), str):
+            names.add(claimed["node"])
     return names
 
 
