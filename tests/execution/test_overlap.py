@@ -23,6 +23,7 @@ from execution.models import LeafAttempt
 from execution.worker import overlapping
 from planning.catalogue import sync_packs
 from planning.models import CaseStatus, NodeStatus, PlanNode
+from tests.casehub.test_observability import delta, scrape, spans  # noqa: F401 (a fixture)
 from tests.cases import scripted_case
 
 pytestmark = [
@@ -134,3 +135,39 @@ def test_the_plain_loop_is_kept_when_overlap_is_off(
     assert all(
         later.started_at >= earlier.finished_at for earlier, later in itertools.pairwise(attempts)
     )
+
+
+def test_each_leaf_is_one_span_one_timed_run_and_one_claim_when_runs_overlap(
+    pack: None,
+    analyst: Any,
+    officer: Any,
+    spans: Any,  # noqa: F811 (the observability tests' fixture, imported above)
+) -> None:
+    before = scrape()
+    width = 2
+    case = scripted_case(
+        analyst,
+        officer,
+        [
+            {
+                "key": f"l{layer}-{i}",
+                "depends_on": [f"l0-{k}" for k in range(width)] if layer else [],
+            }
+            for layer in range(2)
+            for i in range(width)
+        ],
+    )
+
+    execution.execute_leaf(_first(case).pk, worker="w")
+
+    after = scrape()
+    nodes = PlanNode.objects.filter(version=case.current_version, kind="leaf")
+    assert {n.status for n in nodes} == {NodeStatus.SUCCEEDED}
+    leaves = [s for s in spans.get_finished_spans() if s.name == "casehub.leaf"]
+    assert sorted(s.attributes["casehub.leaf.key"] for s in leaves) == sorted(n.key for n in nodes)
+    assert {s.attributes["casehub.outcome"] for s in leaves} == {"succeeded"}
+    runs = delta(
+        before, after, "casehub_leaf_duration_seconds_count", kind="tool", outcome="succeeded"
+    )
+    assert runs == len(nodes)
+    assert delta(before, after, "casehub_leaf_events_total", event="claimed") == len(nodes)
