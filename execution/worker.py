@@ -9,6 +9,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -339,8 +340,8 @@ def overlapping() -> bool:
 
 
 class _Completer:
-    """One thread per worker process that records leaves' successes (`complete_leaf`), one at a
-    time, in the order they come, on a database connection of its own.
+    """A thread that records the successes of one worker thread's leaves (`complete_leaf`), one
+    at a time, in the order they come, on a database connection of its own.
 
     Its connection is closed when no success has come for `IDLE_S` seconds, as a task's
     connection would be.
@@ -399,13 +400,32 @@ class _Completer:
                 future.set_result(result)
 
 
-_completer = _Completer()
-os.register_at_fork(after_in_child=_completer.after_fork)
+# One completer for each thread that runs leaves: a prefork worker process has one, a worker on
+# the threads pool one per pool thread (their completions do not wait for each other).
+_completers = threading.local()
+_every_completer: weakref.WeakSet[_Completer] = weakref.WeakSet()
+
+
+def _completer() -> _Completer:
+    completer: _Completer | None = getattr(_completers, "completer", None)
+    if completer is None:
+        completer = _completers.completer = _Completer()
+        _every_completer.add(completer)
+    return completer
+
+
+def _completers_after_fork() -> None:
+    for completer in list(_every_completer):
+        completer.after_fork()
+
+
+os.register_at_fork(after_in_child=_completers_after_fork)
 
 
 def stop_completer() -> None:
-    """End this process's completer thread, closing its database connection."""
-    _completer.stop()
+    """End this process's completer threads, closing their database connections."""
+    for completer in list(_every_completer):
+        completer.stop()
 
 
 type _Pending = tuple[Claim, LeafRunAhead, Future[Ended]]
@@ -454,7 +474,7 @@ def _run_overlapped(first: Claim, *, started: float, worker: str) -> list[str]:
             pending = (
                 claim,
                 timing,
-                _completer.submit(
+                _completer().submit(
                     functools.partial(_complete, claim, output, keep=keep, worker=worker)
                 ),
             )

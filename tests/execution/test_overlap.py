@@ -171,3 +171,20 @@ def test_each_leaf_is_one_span_one_timed_run_and_one_claim_when_runs_overlap(
     )
     assert runs == len(nodes)
     assert delta(before, after, "casehub_leaf_events_total", event="claimed") == len(nodes)
+
+
+def test_each_thread_that_runs_leaves_has_a_completer_of_its_own() -> None:
+    """On the threads pool one task's completions do not wait behind another task's."""
+    import threading
+
+    from execution.worker import _completer
+
+    seen: list[object] = []
+    threads = [threading.Thread(target=lambda: seen.append(_completer())) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({id(c) for c in seen}) == 2
+    assert _completer() is _completer()
+    assert _completer() not in seen
