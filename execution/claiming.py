@@ -374,7 +374,7 @@ def claim_leaf(node_id: int, *, worker: str = "") -> Claim:
     with transaction.atomic():
         claim = _claim(node_id, worker)
     if isinstance(claim, str):
-        # The refusal's own changes (the leaf waits for a new approval) are committed above.
+        # A refusal commits too, with its own changes if any (the leaf waits for a new approval).
         raise ClaimRefused(claim)
     return claim
 
@@ -392,22 +392,33 @@ def _claim(node_id: int, worker: str) -> Claim | str:
             .filter(pk=node_id, kind=LEAF)
             .first()
         )
+    # A refusal is returned, not raised: its transaction ends in a COMMIT, not a ROLLBACK (which
+    # would also drop the connection's prepared statements: psycopg deallocates them all then).
     if node is None:
-        if PlanNode.objects.filter(pk=node_id, kind=LEAF).exists():
-            raise ClaimRefused("the leaf is held by another transaction")
-        raise ClaimRefused("no such leaf")
+        status = (
+            rows.leaf_status(node_id)
+            if connection.vendor == "postgresql"
+            else PlanNode.objects.filter(pk=node_id, kind=LEAF)
+            .values_list("status", flat=True)
+            .first()
+        )
+        if status is None:
+            return "no such leaf"
+        if status in (NodeStatus.READY, NodeStatus.RETRYING):
+            return "the leaf is held by another transaction"
+        return f"the leaf is {status}"  # not claimable (PostgreSQL reads only those it may take)
     if node.status == NodeStatus.RETRYING:
         # A retry's backoff message: the retry starts when its wait is over (S11), not before.
         if node.next_attempt_at is not None and node.next_attempt_at > timezone.now():
-            raise ClaimRefused(f"the leaf is retrying until {node.next_attempt_at.isoformat()}")
+            return f"the leaf is retrying until {node.next_attempt_at.isoformat()}"
     elif node.status != NodeStatus.READY:
-        raise ClaimRefused(f"the leaf is {node.status}")
+        return f"the leaf is {node.status}"
     before = node.status
     case = node.version.case
     if case.status not in RUNNING_CASE_STATUSES:
-        raise ClaimRefused(f"the case is {case.status}")
+        return f"the case is {case.status}"
     if node.stopped:  # type: ignore[attr-defined]
-        raise ClaimRefused("execution is stopped")
+        return "execution is stopped"
     with audited(chain=case_chain(case.pk)) as audit:
         taken = take_leaf(node, case, worker, audit=audit)
         if isinstance(taken, str):

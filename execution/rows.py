@@ -71,7 +71,13 @@ _LEAF_WITH_CASE_SQL = (
 _COMPLETING_SQL = _LEAF_WITH_CASE_SQL.format(facts="") + "FOR UPDATE OF n FOR SHARE OF c"
 # A claim: the leaf FOR UPDATE unless another transaction holds it (that one sends or runs it),
 # with what the claim checks.
-_CLAIMING_SQL = _LEAF_WITH_CASE_SQL.format(facts=f", {CLAIM_FACTS}") + "FOR UPDATE OF n SKIP LOCKED"
+# Only a leaf a claim may take is locked: a refusal (a duplicate message, a leaf a completion took
+# first) then writes nothing, and its transaction commits without a flush.
+_CLAIMING_SQL = (
+    _LEAF_WITH_CASE_SQL.format(facts=f", {CLAIM_FACTS}")
+    + f"AND n.status IN ({_literal(NodeStatus.READY)}, {_literal(NodeStatus.RETRYING)}) "
+    + "FOR UPDATE OF n SKIP LOCKED"
+)
 
 # The pending leaves of a version among some ids, locked in id order (E11: of several parents
 # ending at once, exactly one releases their common child).
@@ -250,6 +256,17 @@ def locked_pending(version_id: int, ids: Sequence[int]) -> list[PlanNode]:
         cursor.execute(_PENDING_SQL, [list(ids), version_id, LEAF, NodeStatus.PENDING])
         rows = cursor.fetchall()
     return [from_row(PlanNode, row) for row in rows]
+
+
+_STATUS_SQL = f"SELECT n.status FROM {_NODE} n WHERE n.id = %s AND n.kind = %s"  # noqa: S608
+
+
+def leaf_status(node_id: int) -> str | None:
+    """Return a leaf's status as committed (no lock), or None when there is no such leaf."""
+    with prepared_cursor() as cursor:
+        cursor.execute(_STATUS_SQL, [node_id, LEAF])
+        row = cursor.fetchone()
+    return None if row is None else str(row[0])
 
 
 def next_ready(version_id: int) -> PlanNode | None:

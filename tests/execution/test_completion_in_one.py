@@ -121,3 +121,39 @@ def test_with_execution_stopped_the_completion_claims_nothing_next(
     assert [leaves(case)[key].status for key in _succeeded_event(case)["released"]] == [
         NodeStatus.READY
     ]
+
+
+def test_a_refused_claim_locks_nothing_and_commits_so_the_connection_keeps_its_statements(
+    analyst: Any, officer: Any
+) -> None:
+    """A duplicate message (or one whose step a completion took first) is refused without a lock
+    and without a rollback: psycopg deallocates every prepared statement at a rollback, and the
+    worker's next claim and completion would be planned again."""
+    case, claim = _started(analyst, officer)
+    prepared = connection.connection._prepared  # psycopg's cache of the connection's statements
+    assert prepared._names, "the claim's statements are prepared"
+    with (
+        CaptureQueriesContext(connection) as queries,
+        pytest.raises(execution.ClaimRefused, match="the leaf is running"),
+    ):
+        execution.claim_leaf(claim.node_id, worker="other")
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert not [sql for sql in statements if sql.lstrip().upper().startswith("ROLLBACK")], (
+        statements
+    )
+    assert prepared._names, "a refusal keeps the connection's prepared statements"
+    # the refusal wrote nothing: the leaf is still the first claim's, with no event of its own
+    node = leaves(case)["extract-fields"]
+    assert (node.status, node.attempts) == (NodeStatus.RUNNING, claim.attempt)
+    assert not AuditEvent.objects.filter(
+        chain=f"case:{case.pk}", action="execution.leaf.claimed", data__worker="other"
+    ).exists()
+    with pytest.raises(execution.ClaimRefused, match="no such leaf"):
+        execution.claim_leaf(10**9, worker="other")
+
+
+def test_prepared_statements_are_planned_once_per_connection() -> None:
+    """The hot statements look rows up by key: one generic plan, not a plan at every call."""
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW plan_cache_mode")
+        assert cursor.fetchone() == ("force_generic_plan",)
