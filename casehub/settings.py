@@ -143,10 +143,8 @@ elif env_bool("CASEHUB_DB_PREPARED_STATEMENTS", True):
     # generic plan looks dearer than a custom one, and the release of a leaf's dependents always
     # did (0.6 ms of planning at every completion). Django's own queries are not prepared: this
     # changes nothing for them.
-    _pg_options["options"] = " ".join(
-        part
-        for part in (str(_pg_options.get("options", "")), "-c plan_cache_mode=force_generic_plan")
-        if part
+    _pg_options["options"] = (
+        f"{_pg_options.get('options', '')} -c plan_cache_mode=force_generic_plan".strip()
     )
 
 # PostgreSQL with two roles (scripts/setup-postgres-roles.sql): migrations run as the tables' owner
