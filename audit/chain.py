@@ -17,6 +17,7 @@ import threading
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -232,19 +233,11 @@ def append_events(
                 data=payload,
                 prev_hash=prev_hash,
             )
-            event = AuditEvent(
-                chain=chain,
-                seq=seq,
-                time=now,
-                actor_kind=who.kind,
-                actor_label=who.label,
-                actor_user=who.user,
-                action=action,
-                data=payload,
-                prev_hash=prev_hash,
-                hash=digest,
+            rows.append(
+                _stored_event(
+                    db.alias, None, chain, seq, now, who, action, payload, prev_hash, digest
+                )
             )
-            rows.append(event)
             texts.append(text)
             prev_hash = digest
         for start in range(0, len(rows), INSERT_BATCH):
@@ -252,8 +245,6 @@ def append_events(
             keys = _insert_rows(cursor, chain, batch, texts[start : start + INSERT_BATCH])
             for event, pk in zip(batch, keys, strict=True):
                 event.pk = pk
-                event._state.adding = False
-                event._state.db = connection.alias
     # The metrics count what commits: nothing of a transaction that rolls back.
     count_on_commit([(event.action, event.data) for event in rows])
     return rows
@@ -397,23 +388,39 @@ def _append_one(
         with transaction.atomic(savepoint=False), prepared_cursor() as cursor:
             row = _execute_append(cursor, chain, params)
     pk, seq, prev_hash, digest = row
-    # The instance as the ORM would hold it after reading the row back, its fields set directly
-    # (AuditEvent has no field that post_init fills in): Model.__init__ costs more than the
-    # rest of an append's Python.
+    return _stored_event(db.alias, pk, chain, seq, now, who, action, payload, prev_hash, digest)
+
+
+def _stored_event(
+    alias: str,
+    pk: int | None,
+    chain: str,
+    seq: int,
+    now: datetime,
+    who: Actor,
+    action: str,
+    payload: dict[str, Any],
+    prev_hash: str,
+    digest: str,
+) -> AuditEvent:
+    """Return the event as the ORM would hold it after reading its row back, its fields set
+    directly (AuditEvent has no field that post_init fills in): Model.__init__ costs more than
+    the rest of an append's Python."""
     event = _NEW_EVENT(AuditEvent)
+    user = who.user
     event.__dict__.update(
         zip(
             _EVENT_ATTNAMES,
-            (pk, chain, seq, now, who.kind, who.label, params["user"], action, payload,
-             prev_hash, digest),
+            (pk, chain, seq, now, who.kind, who.label, user.pk if user is not None else None,
+             action, payload, prev_hash, digest),
             strict=True,
         )
     )  # fmt: skip
     state = event._state = ModelState()
     state.adding = False
-    state.db = db.alias
-    if who.user is not None:
-        _ACTOR_USER.set_cached_value(event, who.user)
+    state.db = alias
+    if user is not None:
+        _ACTOR_USER.set_cached_value(event, user)
     return event
 
 

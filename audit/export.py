@@ -25,7 +25,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
 import casehub_verify
-from audit.chain import SYSTEM_CHAIN, append_event, case_chain, event_record
+from audit.chain import SYSTEM_CHAIN, append_event, case_chain
 from audit.checkpoints import latest_checkpoint
 from audit.codes import title
 from audit.models import AuditChainHead, AuditEvent
@@ -48,7 +48,8 @@ _CONTROLS = {
 
 def inert_cell(value: str) -> str:
     """Return a CSV cell shown as text: formula characters get a leading quote, controls escaped."""
-    value = value.translate(_CONTROLS)
+    if not value.isprintable():  # every control character is unprintable: most cells skip this
+        value = value.translate(_CONTROLS)
     return f"'{value}" if value.startswith(FORMULA_PREFIXES) else value
 
 
@@ -69,31 +70,54 @@ class BundleSummary:
     key_id: str
 
 
-def _events(chain: str, head_seq: int) -> Iterator[AuditEvent]:
-    # Bounded by the head read first: events appended during the export are left for the next.
-    return (
+# The fields `event_record` reads, in the order `_records` unpacks them.
+_RECORD_FIELDS = (
+    "chain", "seq", "time", "actor_kind", "actor_label", "action", "data", "prev_hash", "hash",
+)  # fmt: skip
+
+
+def _records(chain: str, head_seq: int) -> Iterator[dict[str, Any]]:
+    """Yield the chain's events as `event_record` gives them, read as plain rows: a long chain's
+    export builds no model instance for each of its events.
+
+    Bounded by the head read first: events appended during the export are left for the next.
+    """
+    rows = (
         AuditEvent.objects.filter(chain=chain, seq__lte=head_seq)
         .order_by("seq")
+        .values_list(*_RECORD_FIELDS)
         .iterator(chunk_size=CHUNK_SIZE)
     )
+    for chain_, seq, time, actor_kind, actor, action, data, prev_hash, digest in rows:
+        yield {
+            "chain": chain_,
+            "seq": seq,
+            "time": casehub_verify.format_time(time),
+            "actor_kind": actor_kind,
+            "actor": actor,
+            "action": action,
+            "data": data,
+            "prev_hash": prev_hash,
+            "hash": digest,
+        }
 
 
 def _write_jsonl(
-    target: IO[bytes], events: Iterator[AuditEvent]
+    target: IO[bytes], records: Iterator[dict[str, Any]]
 ) -> tuple[str, int, int | None, int | None]:
     digest = hashlib.sha256()
     count, first, last = 0, None, None
-    for event in events:
-        line = (canonical_json(event_record(event)) + "\n").encode()
+    for record in records:
+        line = (canonical_json(record) + "\n").encode()
         digest.update(line)
         target.write(line)
         count += 1
-        first = event.seq if first is None else first
-        last = event.seq
+        first = record["seq"] if first is None else first
+        last = record["seq"]
     return digest.hexdigest(), count, first, last
 
 
-def _write_csv(target: IO[bytes], events: Iterator[AuditEvent]) -> str:
+def _write_csv(target: IO[bytes], records: Iterator[dict[str, Any]]) -> str:
     digest = hashlib.sha256()
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\r\n")
@@ -106,8 +130,7 @@ def _write_csv(target: IO[bytes], events: Iterator[AuditEvent]) -> str:
         buffer.truncate()
 
     writer.writerow(casehub_verify.CSV_COLUMNS)
-    for n, event in enumerate(events, start=1):
-        record = event_record(event)
+    for n, record in enumerate(records, start=1):
         record["data"] = canonical_json(record["data"])
         record["title"] = title(record["action"])
         writer.writerow([inert_cell(str(record[column])) for column in casehub_verify.CSV_COLUMNS])
@@ -132,10 +155,10 @@ def write_case_bundle(
     with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as bundle:
         with bundle.open(_member(casehub_verify.EVENTS_JSONL), "w") as member:
             jsonl_sha256, count, first_seq, last_seq = _write_jsonl(
-                member, _events(chain, head_seq)
+                member, _records(chain, head_seq)
             )
         with bundle.open(_member(casehub_verify.EVENTS_CSV), "w") as member:
-            csv_sha256 = _write_csv(member, _events(chain, head_seq))
+            csv_sha256 = _write_csv(member, _records(chain, head_seq))
         manifest: dict[str, Any] = {
             "format": casehub_verify.BUNDLE_FORMAT,
             "scope": {"case": case_id, "chain": chain},

@@ -157,7 +157,7 @@ def run() -> dict[str, float]:
 # The child processes ------------------------------------------------------------------------
 
 
-def _status_kib(field: str) -> int:
+def status_kib(field: str) -> int:
     with open("/proc/self/status", encoding="ascii") as status:
         for line in status:
             if line.startswith(f"{field}:"):
@@ -423,14 +423,14 @@ def _export_phase(var_dir: Path) -> dict[str, float]:
     # a short chain first: imports, the signing key's creation, the first queries are not counted
     export_case_bundle(case_id=WARMUP_CASE_ID, exporter=exporter).file.close()
     gc.collect()
-    baseline = _status_kib("VmRSS")
+    baseline = status_kib("VmRSS")
     exact = _reset_peak()
     started = time.perf_counter()
     bundle = export_case_bundle(case_id=CASE_ID, exporter=exporter)
     wall = time.perf_counter() - started
     # VmHWM, reset to the RSS before the export, is its peak; without the reset, the process's
     # lifetime peak, which can only overstate the growth
-    peak = _status_kib("VmHWM") if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = status_kib("VmHWM") if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     growth_mib = max(peak - baseline, 0) / 1024
     manifest = bundle.summary.manifest
     if manifest["event_count"] != EVENTS:

@@ -19,10 +19,20 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection, transaction
 from django.utils import timezone
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 import casehub_verify
 from audit import export, signing
-from audit.chain import SYSTEM_CHAIN, append_event, case_chain, event_hash, verify_chain
+from audit.chain import (
+    SYSTEM_CHAIN,
+    append_event,
+    case_chain,
+    event_hash,
+    event_record,
+    verify_chain,
+)
 from audit.export import FORMULA_PREFIXES, export_case_bundle, inert_cell
 from audit.models import AuditChainHead, AuditEvent
 from casehub_verify import BundleReport, verify_bundle
@@ -353,6 +363,29 @@ HOSTILE = [
 def test_formula_prefixes_are_made_inert() -> None:
     assert [inert_cell(value)[:1] for value in HOSTILE[:6]] == ["'"] * 6
     assert inert_cell("plain") == "plain"
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_a_cell_is_escaped_as_when_every_cell_was_translated(value: str) -> None:
+    # inert_cell skips the translation for printable text; every control character is not
+    translated = value.translate(export._CONTROLS)
+    expected = f"'{translated}" if translated.startswith(FORMULA_PREFIXES) else translated
+    assert inert_cell(value) == expected
+
+
+def test_the_export_reads_each_event_as_its_record() -> None:
+    chain = case_chain(15)
+    auditor = personas.auditor()
+    for n, value in enumerate(HOSTILE):
+        append_event(f"case.value{n}", actor=value, chain=chain, data={"value": value, "n": n})
+    append_event(
+        "case.by_user", actor=auditor, chain=chain, data={"floats": [1.5, 2], "none": None}
+    )
+    head = AuditChainHead.objects.get(chain=chain)
+    stored = AuditEvent.objects.filter(chain=chain).order_by("seq")
+    assert list(export._records(chain, head.seq)) == [event_record(event) for event in stored]
+    assert list(export._records(chain, head.seq - 2))[-1]["seq"] == head.seq - 2
 
 
 @pytest.mark.scenario("A12")
