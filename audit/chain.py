@@ -49,6 +49,7 @@ from observability.metrics import count_on_commit
 from web.db import prepared_cursor
 
 __all__ = [
+    "EVENT_COLUMNS",
     "GENESIS_HASH",
     "SYSTEM_CHAIN",
     "Actor",

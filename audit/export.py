@@ -25,7 +25,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
 import casehub_verify
-from audit.chain import SYSTEM_CHAIN, append_event, case_chain
+from audit.chain import EVENT_COLUMNS, SYSTEM_CHAIN, append_event, case_chain
 from audit.checkpoints import latest_checkpoint
 from audit.codes import title
 from audit.models import AuditChainHead, AuditEvent
@@ -70,12 +70,6 @@ class BundleSummary:
     key_id: str
 
 
-# The fields `event_record` reads, in the order `_records` unpacks them.
-_RECORD_FIELDS = (
-    "chain", "seq", "time", "actor_kind", "actor_label", "action", "data", "prev_hash", "hash",
-)  # fmt: skip
-
-
 def _records(chain: str, head_seq: int) -> Iterator[dict[str, Any]]:
     """Yield the chain's events as `event_record` gives them, read as plain rows: a long chain's
     export builds no model instance for each of its events.
@@ -85,7 +79,7 @@ def _records(chain: str, head_seq: int) -> Iterator[dict[str, Any]]:
     rows = (
         AuditEvent.objects.filter(chain=chain, seq__lte=head_seq)
         .order_by("seq")
-        .values_list(*_RECORD_FIELDS)
+        .values_list(*EVENT_COLUMNS)
         .iterator(chunk_size=CHUNK_SIZE)
     )
     for chain_, seq, time, actor_kind, actor, action, data, prev_hash, digest in rows:
