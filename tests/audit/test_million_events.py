@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 
 from audit.chain import Actor, NewEvent, append_events, case_chain, event_hash, verify_chain
 from audit.models import AuditChainHead, AuditEvent
@@ -61,8 +62,6 @@ def _step_data(i: int) -> dict[str, Any]:
 
 def _bulk(chain: str, count: int) -> None:
     """Write events 1..count of `chain` with one COPY and point its head at the last."""
-    from django.utils import timezone
-
     who, action, now, prev = Actor.of("erp-lookup"), "execution.leaf.succeeded", timezone.now(), ""
     digest = GENESIS_HASH
     columns = (
@@ -89,7 +88,7 @@ def _append(chain: str, first: int, count: int) -> None:
     events = [
         NewEvent("execution.leaf.succeeded", "erp-lookup", _step_data(i))
         for i in range(first, first + count)
-    ]  # events first..first + count - 1
+    ]
     with transaction.atomic():
         append_events(events, chain=chain)
 
