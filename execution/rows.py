@@ -80,11 +80,16 @@ _CLAIMING_SQL = (
 )
 
 # The pending leaves of a version among some ids, locked in id order (E11: of several parents
-# ending at once, exactly one releases their common child).
+# ending at once, exactly one releases their common child: the ids come sorted, and the nested
+# loop over them locks each in its turn). Each leaf is found by its primary key, one lookup per
+# id, whatever the planner's statistics: written as `n.id = ANY(ids)`, a prepared statement's
+# generic plan made while the table was small read the whole table at every completion (a
+# sequential scan), for as long as the connection lived.
 _PENDING_SQL = (
-    f"SELECT {columns('n', PlanNode)} FROM {_NODE} n "  # noqa: S608
-    f"WHERE n.id = ANY(%s) AND {checked_on_the_row('n.version_id', '%s')} "
-    "AND n.kind = %s AND n.status = %s ORDER BY n.id FOR UPDATE OF n"
+    f"SELECT {columns('l', PlanNode)} FROM unnest(%s::bigint[]) AS p(id) "  # noqa: S608
+    f"CROSS JOIN LATERAL (SELECT n.* FROM {_NODE} n WHERE n.id = p.id "
+    f"AND {checked_on_the_row('n.version_id', '%s')} "
+    "AND n.kind = %s AND n.status = %s FOR UPDATE OF n) AS l"
 )
 
 # The first ready leaf of a version in the plan's order that no other transaction holds, with
@@ -154,19 +159,20 @@ def pending_lock(version_id: int, ids: Sequence[int], *, after: str = "") -> Alo
     `count` is then the number locked. `_PENDING_SQL` without reading the rows: the release that
     follows reads those it moves. `after` names a CTE read (and so locked) first; none are
     locked when it has no row."""
+    # One primary-key lookup per id, in id order (`_PENDING_SQL`).
     sql = (
-        f'"pending" AS (SELECT n.id FROM {_NODE} n '  # noqa: S608
-        f"WHERE n.id = ANY(%(pending_ids)s) AND "
+        '"pending" AS (SELECT l.id FROM unnest(%(pending_ids)s::bigint[]) AS p(id) '  # noqa: S608
+        f"CROSS JOIN LATERAL (SELECT n.id FROM {_NODE} n WHERE n.id = p.id AND "
         f"{checked_on_the_row('n.version_id', '%(pending_version)s')} "
         "AND n.kind = %(pending_kind)s AND n.status = %(pending_status)s "
         + (f"AND (SELECT count(*) FROM {after}) > 0 " if after else "")  # noqa: S608
-        + "ORDER BY n.id FOR UPDATE OF n)"
+        + "FOR UPDATE OF n) AS l)"
     )
     params = {
         "pending_version": version_id,
         "pending_kind": LEAF,
         "pending_status": NodeStatus.PENDING,
-        "pending_ids": list(ids),
+        "pending_ids": sorted(ids),
     }
     return Along(ctes=[sql], params=params, first="pending")
 
@@ -253,7 +259,7 @@ def complete_in_one(
 def locked_pending(version_id: int, ids: Sequence[int]) -> list[PlanNode]:
     """Return the version's `pending` leaves among `ids`, locked in id order."""
     with prepared_cursor() as cursor:
-        cursor.execute(_PENDING_SQL, [list(ids), version_id, LEAF, NodeStatus.PENDING])
+        cursor.execute(_PENDING_SQL, [sorted(ids), version_id, LEAF, NodeStatus.PENDING])
         rows = cursor.fetchall()
     return [from_row(PlanNode, row) for row in rows]
 

@@ -371,7 +371,7 @@ def test_a_leafs_hot_statements_are_prepared_once_per_connection(analyst, office
             "audit append": "prev_hash = head_hash, head_hash = encode(sha256(",
             "leaf claimed": "FOR UPDATE OF n SKIP LOCKED",
             "leaf completed": "FOR UPDATE OF n FOR SHARE OF c",
-            "dependents locked": "ORDER BY n.id FOR UPDATE OF n",
+            "dependents locked": "WHERE n.id = p.id AND",
             "open work": "WHERE g.version_id = $4 AND g.status = ANY($5)",
         }
         return {name: sum(mark in text for text in texts) for name, mark in marks.items()}

@@ -104,12 +104,10 @@ def _bitmap_indexes(plan: dict[str, Any]) -> list[str]:
     return [name for child in plan.get("Plans", []) for name in _bitmap_indexes(child)]
 
 
-@pytest.mark.parametrize("analyzed", [False, True], ids=["no statistics", "analyzed"])
-def test_a_completions_statements_find_plan_nodes_by_index(big_case: Any, analyzed: bool) -> None:
-    if analyzed:
-        with connection.cursor() as cursor:
-            cursor.execute(f"ANALYZE {NODE_TABLE}")
-    first = PlanNode.objects.get(version=big_case.current_version, key="l0-0")
+def _completion_statements(case: Any, key: str) -> list[tuple[str, Any]]:
+    """Claim the case's leaf `key` and complete it (claiming the next); return the statements
+    the completion sent, with their parameters."""
+    first = PlanNode.objects.get(version=case.current_version, key=key)
     claim = execution.claim_leaf(first.pk, worker="w")
     sent: list[tuple[str, Any]] = []
 
@@ -121,6 +119,40 @@ def test_a_completions_statements_find_plan_nodes_by_index(big_case: Any, analyz
         execution.complete_leaf(
             claim.node_id, claim.attempt, {}, leaf=claim.node, keep=1, worker="w"
         )
+    return sent
+
+
+@pytest.fixture
+def small_case(settings: Any, analyst: Any, officer: Any) -> Iterator[Any]:
+    settings.CASEHUB_EXTRA_PACKS = ["tests.fakes.execution_pack.PACK"]
+    sync_packs()
+    leaves = [
+        {"key": f"s{layer}-{i}", "depends_on": [f"s0-{k}" for k in range(3)] if layer else []}
+        for layer in range(2)
+        for i in range(3)
+    ]
+    yield scripted_case(analyst, officer, leaves)
+
+
+def test_a_completion_locks_its_dependents_by_key_in_a_small_table(small_case: Any) -> None:
+    """A worker prepares a completion's statements on its first leaves and keeps their generic
+    plans while its connection lives: planned on a table of a few nodes, the dependents' lock
+    must still find each by its primary key, or it reads the whole table at every completion
+    once the table has grown (a sequential scan in the bench's profile)."""
+    sent = _completion_statements(small_case, "s0-0")
+    (completing,) = [(sql, params) for sql, params in sent if '"completing" AS' in sql]
+    assert '"pending" AS' in completing[0]  # the leaf has dependents: their lock is in it
+    scans = _node_scans(_generic_plan(*completing))
+    assert scans and set(scans) <= BY_INDEX, scans
+
+
+@pytest.mark.parametrize("analyzed", [False, True], ids=["no statistics", "analyzed"])
+def test_a_completions_statements_find_plan_nodes_by_index(big_case: Any, analyzed: bool) -> None:
+    if analyzed:
+        with connection.cursor() as cursor:
+            cursor.execute(f"ANALYZE {NODE_TABLE}")
+    first = PlanNode.objects.get(version=big_case.current_version, key="l0-0")
+    sent = _completion_statements(big_case, "l0-0")
     # The leaf's move (with its dependents' lock), their release, and the claim of the next
     # ready leaf (it released none: each leaf of the next layer waits for three): each read by
     # its key, or through the in-flight index (alone, or ANDed in a bitmap with the version's
