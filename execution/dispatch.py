@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
+from typing import Any
 
 from celery import current_app
 from django.conf import settings
@@ -24,6 +25,14 @@ RECONCILE_EXECUTION = "oversight.reconcile_execution"
 JUDGE_GOAL = "oversight.judge_goal"
 # A broker that does not answer must not hold up the transaction's caller for long.
 _PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
+# How both tasks are sent. Neither stores a result (`ignore_result` on the task): a send says so
+# too, or Celery subscribes the sending process to the result's channel on a Redis result
+# backend (a round trip at each send, and another to unsubscribe).
+_SEND_OPTIONS: dict[str, Any] = {
+    "retry": True,
+    "retry_policy": _PUBLISH_RETRY,
+    "ignore_result": True,
+}
 
 
 def task_time_limit_s() -> float:
@@ -39,8 +48,7 @@ def send_leaf(node_id: int, *, countdown: float | None = None) -> None:
             args=[node_id],
             countdown=countdown,
             time_limit=task_time_limit_s(),
-            retry=True,
-            retry_policy=_PUBLISH_RETRY,
+            **_SEND_OPTIONS,
         )
     except Exception:
         logger.warning("leaf %s not sent (the reconciler sends it again)", node_id, exc_info=True)
@@ -58,8 +66,7 @@ def send_goal_judge(case_id: int, *, time_limit_s: float) -> None:
             JUDGE_GOAL,
             args=[case_id],
             time_limit=time_limit_s,
-            retry=True,
-            retry_policy=_PUBLISH_RETRY,
+            **_SEND_OPTIONS,
         )
     except Exception:
         logger.warning(

@@ -106,10 +106,11 @@ SCRAPES_REFUSED = Counter(
 
 FINAL_GATE_STATUSES = frozenset({"approved", "rejected"})
 
-# The children of the two counters every leaf counts, by label: `labels()` takes a lock and
-# checks its arguments on every call (the label values are codes, a bounded set).
+# The children of the metrics every leaf feeds, by label: `labels()` takes a lock and checks its
+# arguments on every call (the label values are codes, a bounded set).
 _audit_events = functools.cache(AUDIT_EVENTS.labels)
 _leaf_events = functools.cache(LEAF_EVENTS.labels)
+leaf_duration = functools.cache(LEAF_DURATION.labels)
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ def leaf_run(*, case_id: int, key: str, attempt: int, kind: str) -> Iterator[Run
     with _measured(
         "casehub.leaf",
         attributes,
-        lambda outcome, seconds: metrics.LEAF_DURATION.labels(kind, outcome).observe(seconds),
+        lambda outcome, seconds: metrics.leaf_duration(kind, outcome).observe(seconds),
     ) as run:
         yield run
 
@@ -81,9 +81,7 @@ class LeafRunAhead:
         if self._span is not None:
             self._span.set_attribute("casehub.outcome", outcome)
             self._span.end()
-        metrics.LEAF_DURATION.labels(self._kind, outcome).observe(
-            time.perf_counter() - self._started
-        )
+        metrics.leaf_duration(self._kind, outcome).observe(time.perf_counter() - self._started)
 
 
 @contextmanager

@@ -6,6 +6,7 @@ is stored `pending`). See `audit.transitions` for how a move is checked and audi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -234,6 +235,19 @@ def release_nodes(
     return ready
 
 
+@functools.cache
+def _release_locked_sql(returning: str) -> str:
+    """Return `release_locked`'s statement returning the nodes' columns and `returning` (built
+    once per caller's columns: a completion releases at every leaf)."""
+    table = connection.ops.quote_name(PlanNode._meta.db_table)
+    return _RELEASE_SQL.format(
+        table=table, returning=f", {columns('n', PlanNode)}, {returning}"
+    ).replace(
+        "WHERE n.id = ANY(%s)",
+        f"WHERE n.id = ANY(%s) AND {checked_on_the_row('n.version_id', '%s')}",
+    )
+
+
 def release_locked(
     version_id: int, ids: Sequence[int], *, audit: Audit, enqueued_at: datetime, returning: str
 ) -> list[PlanNode]:
@@ -245,17 +259,10 @@ def release_locked(
         raise ValueError("releasing leaves by id is PostgreSQL's; see release_nodes")
     NODE.check(NodeStatus.PENDING, NodeStatus.READY)
     audit.require_open()
-    table = connection.ops.quote_name(PlanNode._meta.db_table)
-    sql = _RELEASE_SQL.format(
-        table=table, returning=f", {columns('n', PlanNode)}, {returning}"
-    ).replace(
-        "WHERE n.id = ANY(%s)",
-        f"WHERE n.id = ANY(%s) AND {checked_on_the_row('n.version_id', '%s')}",
-    )
     fields = len(PlanNode._meta.concrete_fields)
     with prepared_cursor() as cursor:
         cursor.execute(
-            sql,
+            _release_locked_sql(returning),
             [
                 NodeStatus.READY, enqueued_at, list(ids), version_id, NodeStatus.PENDING,
                 PlanNode.Kind.LEAF, NodeStatus.SUCCEEDED,

@@ -68,9 +68,11 @@ def checked_on_the_row(column: str, param: str) -> str:
     return f"{column} IS NOT DISTINCT FROM {param}"
 
 
+@functools.cache
 def columns(alias: str, model: type[Model]) -> str:
     """Return the model's columns as a written-out statement selects them (`from_row` reads
-    them back), each qualified by the table's `alias`."""
+    them back), each qualified by the table's `alias` (built once: a completion's statements
+    name them at every leaf)."""
     return ", ".join(f'{alias}."{field.column}"' for field in model._meta.concrete_fields)
 
 

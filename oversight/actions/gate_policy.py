@@ -3,6 +3,7 @@ classifies, and the role groups that approve and take escalations."""
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -35,17 +36,29 @@ def active_policy() -> tuple[PolicyVersion, PolicySettings]:
     return version, policy_settings(version.number, version.values)
 
 
+# The settings last built, by policy version number: its stored values and the settings. Every
+# claim of a leaf reads the active version's values (a claim checks its leaf against them) and
+# would otherwise build the same settings again at each leaf.
+_built: dict[int, tuple[Any, PolicySettings]] = {}
+
+
 def policy_settings(number: int | None, values: Any) -> PolicySettings:
     """Return the settings of the active policy version `number` stored as `values` (as
     `active_policy` reads them), or the safe defaults when there is none or it is unreadable."""
     if number is None:
         logger.error("no active gating policy version: the defaults apply")
         return PolicySettings()
+    built = _built.get(number)
+    if built is not None and built[0] == values:
+        return built[1]
     try:
-        return PolicySettings.from_data(values)
+        settings = PolicySettings.from_data(values)
     except ValueError:
         logger.exception("policy version %s is unreadable: the defaults apply", number)
         return PolicySettings()
+    _built.clear()  # one version is active at a time: keep only the last
+    _built[number] = (copy.deepcopy(values), settings)
+    return settings
 
 
 def gate_settings(gate: Gate) -> PolicySettings:

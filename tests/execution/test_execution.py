@@ -382,3 +382,25 @@ def test_a_leafs_hot_statements_are_prepared_once_per_connection(analyst, office
     after_the_run = prepared()
     assert all(after_the_run.values()), after_the_run
     assert leaves(case)["audit-report"].status == NodeStatus.SUCCEEDED
+
+
+def test_a_leaf_and_a_goal_judgement_are_sent_as_storing_no_result() -> None:
+    """Both tasks store no result; their messages say so, or Celery would subscribe the sender
+    to each result's channel on a Redis result backend (a round trip each send)."""
+    from celery.signals import before_task_publish
+
+    from execution import dispatch
+
+    seen: dict[str, Any] = {}
+
+    def record(sender: str | None = None, headers: Any = None, **kwargs: Any) -> None:
+        seen[str(sender)] = dict(headers or {})
+
+    before_task_publish.connect(record, weak=False)
+    try:
+        dispatch.send_leaf(0)
+        dispatch.send_goal_judge(0, time_limit_s=5)
+    finally:
+        before_task_publish.disconnect(record)
+    assert seen[dispatch.RUN_LEAF]["ignore_result"] is True
+    assert seen[dispatch.JUDGE_GOAL]["ignore_result"] is True

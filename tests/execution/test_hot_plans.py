@@ -144,6 +144,9 @@ def test_a_completion_locks_its_dependents_by_key_in_a_small_table(small_case: A
     assert '"pending" AS' in completing[0]  # the leaf has dependents: their lock is in it
     scans = _node_scans(_generic_plan(*completing))
     assert scans and set(scans) <= BY_INDEX, scans
+    (release,) = [(sql, params) for sql, params in sent if "enqueued_at = %s" in sql]
+    scans = _node_scans(_generic_plan(*release))
+    assert scans and set(scans) <= BY_INDEX, scans
 
 
 @pytest.mark.parametrize("analyzed", [False, True], ids=["no statistics", "analyzed"])

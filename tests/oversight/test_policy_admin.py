@@ -464,3 +464,19 @@ def test_reason_codes_are_added_and_retired_in_the_admin_never_deleted() -> None
     delete = reverse("admin:oversight_reasoncode_delete", args=[code.pk])
     assert client.post(delete, {"post": "yes"}).status_code == 403
     assert ReasonCode.objects.filter(code="sla-change").exists()
+
+
+def test_a_versions_settings_are_built_once_and_anew_when_its_stored_values_differ() -> None:
+    """Every claim reads the active version's values; their settings are built once for them."""
+    from oversight.actions.gate_policy import policy_settings
+
+    values: dict[str, Any] = {"trust_threshold": 0.7, "gated_risks": ["write"]}
+    first = policy_settings(9001, values)
+    assert first.trust_threshold == 0.7
+    assert policy_settings(9001, {"trust_threshold": 0.7, "gated_risks": ["write"]}) is first
+    values["trust_threshold"] = 0.9  # the caller's dict changes: the settings kept do not
+    assert first.trust_threshold == 0.7
+    assert policy_settings(9001, values).trust_threshold == 0.9
+    assert policy_settings(9002, {"trust_threshold": 0.8}).trust_threshold == 0.8
+    # an unreadable version gets the safe defaults, never the settings last built
+    assert policy_settings(9003, {"trust_threshold": "high"}) == PolicySettings()
