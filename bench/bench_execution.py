@@ -53,6 +53,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -159,15 +160,7 @@ def run() -> dict[str, float]:
             worker_cmd = [sys.executable, "-m", "celery", "-A", "casehub", "worker"]
             if os.environ.get("CASEHUB_BENCH_PROFILE") == "1":
                 worker_cmd = [sys.executable, "-m", "bench.execution_profile", str(var_dir)]
-            worker = subprocess.Popen(
-                [
-                    *worker_cmd,
-                    *("--pool", "prefork", "--concurrency", str(SLOTS)),
-                    *("--loglevel", "WARNING", "--hostname", "bench-execution@%h"),
-                ],
-                cwd=ROOT,
-                env=env,
-            )
+            worker = start_worker(env, hostname="bench-execution", command=worker_cmd)
             ours: dict[str, Any] = {}
             theirs: dict[str, Any] = {}
             dbos: dict[str, Any] = {}
@@ -182,12 +175,7 @@ def run() -> dict[str, float]:
                     dbos[shape] = _child(["dbos", shape], dbos_env, var_dir)
                 queue_left = _queue_length(redis_url)
             finally:
-                worker.terminate()
-                try:
-                    worker.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    worker.kill()
-                    worker.wait()
+                stop_worker(worker)
             profile = _read_profile(var_dir)
             stats = _read_cprofile(var_dir)
     finally:
@@ -203,6 +191,31 @@ def run() -> dict[str, float]:
     if stats:
         print(stats, flush=True)
     return figures
+
+
+def start_worker(
+    env: dict[str, str], *, hostname: str, command: list[str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start the bench's Celery worker: prefork, `SLOTS` processes (`command`: what runs it)."""
+    return subprocess.Popen(
+        [
+            *(command or [sys.executable, "-m", "celery", "-A", "casehub", "worker"]),
+            *("--pool", "prefork", "--concurrency", str(SLOTS)),
+            *("--loglevel", "WARNING", "--hostname", f"{hostname}@%h"),
+        ],
+        cwd=ROOT,
+        env=env,
+    )
+
+
+def stop_worker(worker: subprocess.Popen[bytes]) -> None:
+    """Stop the worker (warm shutdown; killed after 30 s)."""
+    worker.terminate()
+    try:
+        worker.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait()
 
 
 def _child(args: list[str], env: dict[str, str], var_dir: Path) -> dict[str, Any]:
@@ -415,10 +428,16 @@ def _rss_mb(pid: int) -> float:
 
 def _cpu_s(pid: int) -> float:
     """Return the CPU seconds (user + system) the worker's processes have used so far."""
+    return cpu_s(_processes(pid))
+
+
+def cpu_s(processes: Iterable[Any]) -> float:
+    """Return the CPU seconds (user + system) the processes have used so far (psutil's; one
+    gone meanwhile counts nothing)."""
     import psutil
 
     total = 0.0
-    for proc in _processes(pid):
+    for proc in processes:
         try:
             times = proc.cpu_times()
         except psutil.NoSuchProcess:
