@@ -9,10 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from celery.signals import before_task_publish
 from django.db import connection
 
 from audit.models import AuditEvent
 from execution import actions as execution
+from execution import dispatch
 from execution.models import LeafAttempt, WorkItem
 from oversight.actions.gates import DecisionInput, decide_gate
 from oversight.models import Gate, GateKind, GateStatus
@@ -387,10 +389,6 @@ def test_a_leafs_hot_statements_are_prepared_once_per_connection(analyst, office
 def test_a_leaf_and_a_goal_judgement_are_sent_as_storing_no_result() -> None:
     """Both tasks store no result; their messages say so, or Celery would subscribe the sender
     to each result's channel on a Redis result backend (a round trip each send)."""
-    from celery.signals import before_task_publish
-
-    from execution import dispatch
-
     seen: dict[str, Any] = {}
 
     def record(sender: str | None = None, headers: Any = None, **kwargs: Any) -> None:
