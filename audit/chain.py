@@ -16,7 +16,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -35,6 +35,7 @@ from psycopg.conninfo import make_conninfo
 
 import casehub_verify
 from audit import scan as audit_scan
+from audit.along import Along, Writes, run_along
 from audit.models import ActorKind, AuditChainHead, AuditEvent
 from casehub_verify import (
     GENESIS_HASH,
@@ -189,30 +190,35 @@ def append_event(
 
 
 def append_events(
-    events: Sequence[NewEvent], *, chain: str = SYSTEM_CHAIN, along: Along | None = None
+    events: Sequence[NewEvent],
+    *,
+    chain: str = SYSTEM_CHAIN,
+    along: Along | Sequence[Along] | None = None,
 ) -> list[AuditEvent]:
     """Append several events to one chain, in order, in one go inside the caller's transaction.
 
     The same events as that many `append_event` calls in a row, in two statements however many
     there are: for a business transaction that writes several events to a chain. Raises
     ValueError as append_event does, before anything is written. `along` (PostgreSQL) is the
-    caller's writes to run with them: in the same statement as one event's append, before the
-    appends otherwise.
+    caller's writes to run with them (one set or several): in the same statement as one event's
+    append, before the appends otherwise.
     """
     pending = [_prepared(event) for event in events]
     db = connections[DEFAULT_DB_ALIAS]  # not the `connection` proxy: a lookup per question
     if along is not None and db.vendor != "postgresql":
         raise ValueError("writes along an append are PostgreSQL statements")
+    sets = [along] if isinstance(along, Along) else list(along or ())
+    writes = Writes.of(sets) if sets else None
     if not pending:
-        if along is not None:
-            _run_along(along)
+        if writes is not None:
+            run_along(writes)
         return []
     if len(pending) == 1 and db.vendor == "postgresql":
-        one = _append_one(db, chain, *pending[0], along=along)
+        one = _append_one(db, chain, *pending[0], along=writes)
         count_on_commit([(one.action, one.data)])
         return [one]
-    if along is not None:
-        _run_along(along)
+    if writes is not None:
+        run_along(writes)
     # No savepoint: an append that fails marks the caller's transaction for rollback instead.
     # Prepared on PostgreSQL: the head's statement once, the insert once per batch size.
     cursor_of = prepared_cursor if connection.vendor == "postgresql" else connection.cursor
@@ -249,34 +255,6 @@ def append_events(
     # The metrics count what commits: nothing of a transaction that rolls back.
     count_on_commit([(event.action, event.data) for event in rows])
     return rows
-
-
-@dataclass(slots=True, kw_only=True)
-class Along:
-    """A caller's writes that an append runs in its own statement (PostgreSQL): one round trip
-    for both, in the caller's transaction.
-
-    `ctes` are data-modifying common table expressions (`name AS (UPDATE … RETURNING 1)`) with
-    named parameters (`%(name)s`, not clashing with the append's: chain, before, between,
-    after, time, kind, label, user, action, data). `first` names the one whose rows are written
-    before the chain's head is locked (the caller's lock order); the others run when the
-    statement ends. After the append, `count` is the number of rows `first` returned.
-    """
-
-    ctes: Sequence[str]
-    params: Mapping[str, Any]
-    first: str
-    count: int | None = field(default=None)
-
-
-def _run_along(along: Along) -> None:
-    """Run `along`'s writes in a statement of their own (when they are not run with an append)."""
-    with prepared_cursor() as cursor:
-        cursor.execute(
-            f"WITH {', '.join(along.ctes)} SELECT count(*) FROM {along.first}",  # noqa: S608
-            along.params,
-        )
-        (along.count,) = cursor.fetchone()
 
 
 def _prepared(event: NewEvent) -> tuple[Actor, str, dict[str, Any], str]:
@@ -338,11 +316,11 @@ _APPEND_ONE = (
 # `_APPEND_ONE` with a caller's writes (`Along`) in front: the head's lock waits for the rows
 # of `first`, and the statement returns one row even for a chain with no head yet (its id NULL).
 _APPEND_ALONG = (
-    "WITH {ctes}, head AS ("  # noqa: S608
-    + _HEAD_MOVE.format(head="{head}", also=" AND (SELECT count(*) FROM {first}) >= 0")
+    "WITH {ctes}, head AS ("
+    + _HEAD_MOVE.format(head="{head}", also=" AND {written}")
     + "), ins AS ("
     + _INSERT_FROM_HEAD.format(event="{event}", columns="{columns}")
-    + ") SELECT ins.id, ins.seq, ins.prev_hash, ins.hash, (SELECT count(*) FROM {first}) "
+    + ") SELECT ins.id, ins.seq, ins.prev_hash, ins.hash, {counts} "
     "FROM (SELECT 1) AS one LEFT JOIN ins ON true"
 )
 
@@ -355,7 +333,7 @@ def _append_one(
     payload: dict[str, Any],
     text: str,
     *,
-    along: Along | None = None,
+    along: Writes | None = None,
 ) -> AuditEvent:
     """Append one event in one statement (PostgreSQL); see `_APPEND_ONE`, and `Along` for the
     caller's writes run in it.
@@ -437,13 +415,15 @@ _ACTOR_USER = AuditEvent._meta.get_field("actor_user")
 _NEW_EVENT = object.__new__
 
 
-def _execute_along(cursor: Any, chain: str, params: dict[str, Any], along: Along) -> Any:
-    """Run `_APPEND_ALONG` and return the event's row; `along.count` is set. For a chain with no
-    head the caller's writes ran already: the head is created and the event appended alone."""
+def _execute_along(cursor: Any, chain: str, params: dict[str, Any], along: Writes) -> Any:
+    """Run `_APPEND_ALONG` and return the event's row; each set's `count` is set. For a chain
+    with no head the caller's writes ran already: the head is created and the event appended
+    alone."""
     sql = _APPEND_ALONG.format(
-        ctes=", ".join(along.ctes),
+        ctes=along.ctes,
         head=_HEAD_TABLE,
-        first=along.first,
+        written=along.written,
+        counts=along.counts,
         event=_EVENT_TABLE,
         columns=_EVENT_COLUMNS_SQL,
     )
@@ -452,8 +432,9 @@ def _execute_along(cursor: Any, chain: str, params: dict[str, Any], along: Along
             f"parameters of writes along an append clash: {along.params.keys() & params.keys()}"
         )
     cursor.execute(sql, {**along.params, **params})
-    *row, count = cursor.fetchone()
-    along.count = int(count)
+    found = cursor.fetchone()
+    row = found[:4]
+    along.done(found[4:])
     if row[0] is None:
         return _execute_append(cursor, chain, params)
     return row

@@ -399,7 +399,9 @@ def _claim_next(
         if kept:
             nxt = kept.pop(0)
         elif connection.vendor == "postgresql":
-            nxt = rows.next_ready(node.version_id)
+            # Not one claimed here already: its move waits for the append (`take_leaf`), so it
+            # is still `ready`, and this transaction's own locks do not make SKIP LOCKED skip it.
+            nxt = rows.next_ready(node.version_id, besides=[claim.node_id for claim in claims])
         else:
             nxt = (
                 PlanNode.objects.select_for_update(of=("self",), skip_locked=True)

@@ -99,7 +99,7 @@ _PENDING_SQL = (
 _NEXT_READY_SQL = (
     f"SELECT {columns('n', PlanNode)}, {CLAIM_FACTS} FROM {_NODE} n "  # noqa: S608
     f"WHERE n.version_id = %s AND n.kind = %s AND n.status = {_literal(NodeStatus.READY)} "
-    "ORDER BY n.position LIMIT 1 FOR UPDATE OF n SKIP LOCKED"
+    "AND n.id <> ALL(%s::bigint[]) ORDER BY n.position LIMIT 1 FOR UPDATE OF n SKIP LOCKED"
 )
 
 # Whether a version still has an open leaf or an open gate.
@@ -275,11 +275,11 @@ def leaf_status(node_id: int) -> str | None:
     return None if row is None else str(row[0])
 
 
-def next_ready(version_id: int) -> PlanNode | None:
+def next_ready(version_id: int, *, besides: Sequence[int] = ()) -> PlanNode | None:
     """Return the version's first `ready` leaf (the plan's order) no other transaction holds,
-    locked, with what its claim checks (`with_claim_facts`)."""
+    but those of `besides`, locked, with what its claim checks (`with_claim_facts`)."""
     with prepared_cursor() as cursor:
-        cursor.execute(_NEXT_READY_SQL, [version_id, LEAF])
+        cursor.execute(_NEXT_READY_SQL, [version_id, LEAF, list(besides)])
         row = cursor.fetchone()
     if row is None:
         return None

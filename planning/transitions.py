@@ -17,7 +17,15 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from audit.chain import Along, NewEvent
-from audit.transitions import Audit, Moved, Transitions, move_row, move_row_from, move_rows
+from audit.transitions import (
+    Audit,
+    Moved,
+    Transitions,
+    move_row,
+    move_row_along,
+    move_row_from,
+    move_rows,
+)
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode
 from web.db import checked_on_the_row, columns, from_row, prepared_cursor
 
@@ -125,6 +133,13 @@ def move_node(
     `along`: the caller's statements run in the move's (`audit.transitions.move_row`)."""
     label = f"node {node.key} ({node.pk})"
     return move_row(NODE, node, to=to, audit=audit, label=label, along=along, **fields)
+
+
+def move_node_along(node: PlanNode, *, to: str, audit: Audit, name: str, **fields: Any) -> None:
+    """Move a plan node read under its lock to `to` in the statement of the block's append
+    (PostgreSQL; `audit.transitions.move_row_along`: checked and covered now, changed then)."""
+    label = f"node {node.key} ({node.pk})"
+    move_row_along(NODE, node, to=to, audit=audit, name=name, label=label, **fields)
 
 
 def move_leaf_from(

@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group
-from django.db import models, transaction
+from django.db import connection, models, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from audit.chain import NewEvent, case_chain
+from audit.chain import NewEvent, append_event, case_chain
 from audit.models import AuditEvent
 from audit.transitions import (
     IllegalTransition,
@@ -28,6 +29,7 @@ from audit.transitions import (
     Transitions,
     UnauditedMove,
     audited,
+    move_row_along,
 )
 from execution import actions as execution
 from execution.models import WorkItem
@@ -263,6 +265,45 @@ def test_a_row_whose_status_changed_since_it_was_read_is_not_moved(analyst: Any)
     item.refresh_from_db()
     assert item.status == WorkItem.Status.CANCELLED
     assert _moved_events(item) == []
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a move along an append")
+def test_a_move_along_the_append_changes_its_row_in_the_appends_statement(analyst: Any) -> None:
+    """`move_row_along`: checked and covered at once, the row changed by the block's append (one
+    statement for both); a row that changed meanwhile raises at the block's end, and nothing of
+    the block commits."""
+    item = _work_item(analyst, WorkItem.Status.OPEN)
+    append_event("tests.chain.started", chain=case_chain(item.case_id))  # its head exists
+    with (
+        CaptureQueriesContext(connection) as queries,
+        audited(chain=case_chain(item.case_id)) as audit,
+    ):
+        move_row_along(WORK_ITEM, item, to=WorkItem.Status.CANCELLED, audit=audit, name="w")
+        assert item.status == WorkItem.Status.CANCELLED  # set on the instance at once
+        assert WorkItem.objects.get(pk=item.pk).status == WorkItem.Status.OPEN  # not yet
+        audit.add(NewEvent(MOVED))
+    # the block's writes (the read above aside): one statement
+    assert [q["sql"][:8] for q in queries.captured_queries][1:] == ['WITH "w"']
+    assert WorkItem.objects.get(pk=item.pk).status == WorkItem.Status.CANCELLED
+    assert len(_moved_events(item)) == 1
+    with (
+        pytest.raises(IllegalTransition, match="cancelled → open"),
+        transaction.atomic(),
+        audited(chain=case_chain(item.case_id)) as audit,
+    ):
+        move_row_along(WORK_ITEM, item, to=WorkItem.Status.OPEN, audit=audit, name="w")
+
+    other = _work_item(analyst, WorkItem.Status.OPEN)
+    WorkItem.objects.filter(pk=other.pk).update(status=WorkItem.Status.CANCELLED)  # elsewhere
+    with (
+        pytest.raises(StaleTransition, match="is cancelled now"),
+        transaction.atomic(),
+        audited(chain=case_chain(other.case_id)) as audit,
+    ):
+        move_row_along(WORK_ITEM, other, to=WorkItem.Status.COMPLETED, audit=audit, name="w")
+        audit.add(NewEvent(MOVED))
+    assert WorkItem.objects.get(pk=other.pk).status == WorkItem.Status.CANCELLED
+    assert _moved_events(other) == []
 
 
 def test_a_bulk_move_changes_only_the_rows_the_table_lets_move_and_returns_them(

@@ -359,9 +359,17 @@ def test_writes_along_an_append_run_in_its_statement_with_their_row_count() -> N
         with audited(chain=chain) as audit:
             audit.along(clash)
             audit.add(NewEvent("case.c", None, {}))
+    # several callers' writes: one statement still, each with its own count
+    both = [bump("y", other), bump("z", case_chain(44))]
+    with CaptureQueriesContext(connection) as queries, audited(chain=chain) as audit:
+        for writes in both:
+            audit.along(writes)
+        audit.add(NewEvent("case.d", None, {}))
+    assert [w.count for w in both] == [1, 0]
+    assert [q["sql"][:10] for q in queries.captured_queries] == ['WITH "y" A']
     for name in (chain, fresh, other):
         assert verify_chain(name) == []
-    assert AuditChainHead.objects.get(chain=chain).seq == 4
+    assert AuditChainHead.objects.get(chain=chain).seq == 5
     assert AuditChainHead.objects.get(chain=fresh).seq == 1
 
 
