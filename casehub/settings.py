@@ -270,6 +270,9 @@ CASEHUB_LEAF_INLINE_S = env_int("CASEHUB_LEAF_INLINE_S", 10, minimum=0)
 # On PostgreSQL a worker runs its next step while the last one's result is recorded on a thread
 # of its own (its completion claims the step after the one running now).
 CASEHUB_LEAF_OVERLAP = env_bool("CASEHUB_LEAF_OVERLAP", True)
+# ... but a step that ran for less than this has its result recorded before the next one starts:
+# recording it on the other thread would cost more than it hides.
+CASEHUB_LEAF_OVERLAP_MIN_MS = env_int("CASEHUB_LEAF_OVERLAP_MIN_MS", 2, minimum=0)
 CASEHUB_EXECUTION_RECONCILE_INTERVAL_S = env_int(
     "CASEHUB_EXECUTION_RECONCILE_INTERVAL_S", 10, minimum=1
 )

@@ -328,6 +328,12 @@ def execute_leaf(node_id: int, *, worker: str) -> list[str]:
 # Running the next leaf while the last one's end is recorded ------------------------------------
 
 
+def overlap_min_s() -> float:
+    """Return how long a leaf must have run for its success to be recorded on the completer
+    thread while the next leaf runs; a shorter one's is recorded on the worker's own thread."""
+    return leaf_setting("CASEHUB_LEAF_OVERLAP_MIN_MS", 2) / 1000
+
+
 def overlapping() -> bool:
     """Tell whether this worker records a leaf's success on its completer thread while it runs
     the next leaf: on PostgreSQL, outside a transaction (the completer's connection must see
@@ -439,7 +445,8 @@ def _run_overlapped(first: Claim, *, started: float, worker: str) -> list[str]:
     ends: its claim committed already, in the completion before. The success of the leaf that
     ended goes to the completer thread, and the worker waits for it before it hands over the
     next one (one completion at a time, in order). A failure, a stop or a step handed to a
-    person is recorded here, as in the plain loop, after the completion in flight.
+    person is recorded here, as in the plain loop, after the completion in flight, and so is the
+    success of a leaf that ran for less than `overlap_min_s` (it claims only the next leaf).
     """
     outcomes: list[str] = []
     claims: deque[Claim] = deque([first])
@@ -455,12 +462,14 @@ def _run_overlapped(first: Claim, *, started: float, worker: str) -> list[str]:
             timing = LeafRunAhead(
                 case_id=claim.case_id, key=claim.key, attempt=claim.attempt, kind=claim.kind
             )
+            run_started = time.monotonic()
             try:
                 with timing.running():
                     ran = _run(claim)
             except BaseException:
                 timing.end("error")
                 raise
+            ran_s = time.monotonic() - run_started
             if pending is not None:
                 done, pending = pending, None
                 claims.extend(_joined(done, outcomes))
@@ -469,8 +478,16 @@ def _run_overlapped(first: Claim, *, started: float, worker: str) -> list[str]:
                 claims.extend(_ended_here(claim, timing, ran.end, outcomes))
                 continue
             inline = time.monotonic() - started < inline_s()
-            keep = max(0, 2 - len(claims)) if inline else 0
             output = ran.output
+            if ran_s < overlap_min_s():
+                # A leaf this short would not hide the completion, and handing it to the
+                # completer thread costs more than it saves: its success is recorded here, and
+                # it claims the next leaf unless one is in hand (the plain loop's `keep`).
+                keep = max(0, 1 - len(claims)) if inline else 0
+                end = functools.partial(_complete, claim, output, keep=keep, worker=worker)
+                claims.extend(_ended_here(claim, timing, end, outcomes))
+                continue
+            keep = max(0, 2 - len(claims)) if inline else 0
             pending = (
                 claim,
                 timing,

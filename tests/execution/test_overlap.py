@@ -137,6 +137,35 @@ def test_the_plain_loop_is_kept_when_overlap_is_off(
     )
 
 
+def test_a_short_leafs_success_is_recorded_before_the_next_leaf_starts(
+    pack: None, analyst: Any, officer: Any, settings: Any
+) -> None:
+    """A leaf that ran for less than `CASEHUB_LEAF_OVERLAP_MIN_MS` has its success recorded on
+    the worker's own thread, claiming the next leaf as the plain loop does: its completion would
+    not hide behind the next leaf, and the hand-over to the completer costs more than it saves."""
+    settings.CASEHUB_LEAF_OVERLAP_MIN_MS = 60_000  # every leaf is short
+    case = scripted_case(analyst, officer, [{"key": f"l{i}", "seconds": 0.05} for i in range(3)])
+    assert overlapping()
+
+    outcomes = execution.execute_leaf(_first(case).pk, worker="w")
+
+    nodes = PlanNode.objects.filter(version=case.current_version, kind="leaf")
+    assert sorted(outcomes) == sorted(f"{n.pk} succeeded" for n in nodes)
+    succeeded = AuditEvent.objects.filter(
+        chain=case_chain(case.pk), action="execution.leaf.succeeded"
+    )
+    assert not [e for e in succeeded if "claimed_ahead" in e.data]
+    assert len([e for e in succeeded if "claimed" in e.data]) == 2  # each claimed the next
+    attempts = list(
+        LeafAttempt.objects.filter(node__version=case.current_version).order_by("started_at")
+    )
+    assert len(attempts) == 3
+    assert all(
+        later.started_at >= earlier.finished_at for earlier, later in itertools.pairwise(attempts)
+    )
+    assert verify_chain(case_chain(case.pk)) == []
+
+
 def test_each_leaf_is_one_span_one_timed_run_and_one_claim_when_runs_overlap(
     pack: None,
     analyst: Any,
