@@ -205,9 +205,9 @@ def append_events(
     """
     pending = [_prepared(event) for event in events]
     db = connections[DEFAULT_DB_ALIAS]  # not the `connection` proxy: a lookup per question
-    if along is not None and db.vendor != "postgresql":
-        raise ValueError("writes along an append are PostgreSQL statements")
     sets = [along] if isinstance(along, Along) else list(along or ())
+    if sets and db.vendor != "postgresql":
+        raise ValueError("writes along an append are PostgreSQL statements")
     writes = Writes.of(sets) if sets else None
     if not pending:
         if writes is not None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import signal
@@ -12,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,6 +125,71 @@ def _get(url: str) -> tuple[int, str, bytes]:
         return exc.code, exc.headers.get("Content-Type", ""), exc.read()
 
 
+def _api(base: str, method: str, path: str, body: object = None, token: str = "") -> Any:
+    request = urllib.request.Request(
+        f"{base}/api{path}",
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"}
+        | ({"Authorization": f"Bearer {token}"} if token else {}),
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+def _case_once_not(base: str, token: str, case_id: int, statuses: set[str]) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while True:
+        case: dict[str, Any] = _api(base, "GET", f"/cases/{case_id}", token=token)
+        if case["status"] not in statuses or time.monotonic() > deadline:
+            return case
+        time.sleep(0.25)
+
+
+def _plan_approve_and_run_a_case(base: str, var_dir: Path) -> None:
+    """The demo's whole path on its own SQLite database and filesystem broker: submit a case,
+    the worker plans it, an officer approves the plan, the worker runs its steps."""
+    passwords = json.loads((var_dir / "demo-users.json").read_text())
+
+    def token(username: str) -> str:
+        body = {"username": username, "password": passwords[username]}
+        return str(_api(base, "POST", "/auth/token", body)["token"])
+
+    analyst, officer = token("analyst"), token("officer")
+    submitted = _api(
+        base,
+        "POST",
+        "/cases",
+        {
+            "title": "Embedded mode",
+            "goal": "Investigate a suspected duplicate payment to a supplier",
+            "domain": "fraud",
+            "strategy": "static",
+            "inputs": {"account_id": "ACC-300", "amount": 100},
+        },
+        analyst,
+    )
+    case = _case_once_not(base, analyst, submitted["id"], {"planning"})
+    assert case["status"] == "awaiting_approval", case
+    gates = _api(base, "GET", f"/gates?case={case['id']}&status=pending", token=officer)["items"]
+    assert [gate["kind"] for gate in gates] == ["plan"]
+    decision = {
+        "decision": "approve",
+        "version": gates[0]["version"],
+        "content_hash": gates[0]["content_hash"],
+    }
+    assert _api(base, "POST", f"/gates/{gates[0]['id']}/decision", decision, officer)["status"] == (
+        "approved"
+    )
+    running = {"awaiting_approval", "approved", "executing", "verifying"}
+    case = _case_once_not(base, analyst, case["id"], running)
+    # No LLM provider in the demo: the fraud plan's LLM step fails by policy, after the tool
+    # steps before it ran.
+    assert case["status"] in {"completed", "failed"}, case
+    nodes = _api(base, "GET", f"/cases/{case['id']}/plan", token=analyst)["nodes"]
+    assert sum(node["status"] == "succeeded" for node in nodes if node["kind"] == "leaf") >= 2
+
+
 def _is_running(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -132,7 +199,7 @@ def _is_running(pid: int) -> bool:
 
 
 @pytest.mark.integration
-def test_runcasehub_serves_through_gunicorn_with_worker_and_beat_and_stops_on_sigterm(
+def test_runcasehub_serves_plans_and_runs_a_case_on_its_embedded_database_and_stops_on_sigterm(
     tmp_path: Path,
 ) -> None:
     port = _free_port()
@@ -188,6 +255,7 @@ def test_runcasehub_serves_through_gunicorn_with_worker_and_beat_and_stops_on_si
         while not ran.search(log_path.read_text(errors="replace")):
             assert time.monotonic() < deadline, log_path.read_text(errors="replace")[-4000:]
             time.sleep(0.5)
+        _plan_approve_and_run_a_case(base, var_dir)
         # Beat keeps its schedule under the var directory, not in the working directory.
         assert list(var_dir.glob("celerybeat-schedule*"))
         assert not list(ROOT.glob("celerybeat-schedule*"))
