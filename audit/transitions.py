@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import Model, QuerySet
 
 from audit.chain import Along, NewEvent, append_events
@@ -274,16 +274,17 @@ def _compare_and_set(
     for a value that is an expression, the ORM's `update()`.
     """
     expressions = any(hasattr(value, "resolve_expression") for value in fields.values())
-    if along is not None and (connection.vendor != "postgresql" or expressions):
+    db = connections[DEFAULT_DB_ALIAS]  # not the `connection` proxy: a lookup per question
+    if along is not None and (db.vendor != "postgresql" or expressions):
         raise ValueError("statements along a move are PostgreSQL's, with plain values")
-    if connection.vendor != "postgresql" or expressions:
+    if db.vendor != "postgresql" or expressions:
         return int(model._default_manager.filter(pk=pk, status=before).update(status=to, **fields))
     sql, columns = _update_statement(model, tuple(fields))
     values = []
     for column, value in zip(columns, fields.values(), strict=True):
         if column.remote_field is not None and hasattr(value, "prepare_database_save"):
             value = value.prepare_database_save(column)
-        values.append(column.get_db_prep_save(value, connection))
+        values.append(column.get_db_prep_save(value, db))
     with prepared_cursor() as cursor:
         if along is None:
             cursor.execute(sql, [to, *values, pk, before])
@@ -325,7 +326,8 @@ def move_row_along(
     StaleTransition as the block ends (its transaction rolls back). Until then the row is
     unchanged in the database: a query of the block that follows sees its status before.
     """
-    if connection.vendor != "postgresql":
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.vendor != "postgresql":
         raise ValueError("a move along an append is PostgreSQL's; see move_row")
     before = str(row.status)
     label = label or f"{type(row).__name__} {row.pk}"
@@ -339,7 +341,7 @@ def move_row_along(
             raise ValueError("a move along an append takes plain values")
         if column.remote_field is not None and hasattr(value, "prepare_database_save"):
             value = value.prepare_database_save(column)
-        values.append(column.get_db_prep_save(value, connection))
+        values.append(column.get_db_prep_save(value, db))
     values += [row.pk, before]
     update = sql.replace("%s", "{}").format(*(f"%({name}_{i})s" for i in range(len(values))))
     writes = Along(
@@ -370,6 +372,7 @@ def move_row_from(
     returning: str,
     join: str = "",
     label: str = "",
+    instance: Model | None = None,
     **fields: Any,
 ) -> tuple[Any, ...] | None:
     """Move the row `pk` of `model` from `before` to `to` with the fields, in one statement
@@ -382,15 +385,17 @@ def move_row_from(
     or `where` did not hold).
 
     For a caller that would otherwise read the row under its lock in a statement of its own and
-    then move it (`move_row`): one round trip less. Raises IllegalTransition for a pair the
-    table does not allow.
+    then move it (`move_row`): one round trip less. `instance`, the row as the caller read it
+    before, gets the status and the fields set when the row moved. Raises IllegalTransition for
+    a pair the table does not allow.
     """
     label = label or f"{model.__name__} {pk}"
     table.check(before, to, row=label)
     audit.require_open()
-    if connection.vendor != "postgresql":
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.vendor != "postgresql":
         raise ValueError("a move with its reads in one statement is PostgreSQL's")
-    quote = connection.ops.quote_name
+    quote = db.ops.quote_name
     meta = model._meta
     status = quote(str(getattr(meta.get_field("status"), "column", "status")))
     params: dict[str, Any] = {"cas_to": to, "cas_pk": pk, "cas_before": before}
@@ -402,7 +407,7 @@ def move_row_from(
         if column.remote_field is not None and hasattr(value, "prepare_database_save"):
             value = value.prepare_database_save(column)
         assignments.append(f"{quote(str(column.column))} = %(cas{i})s")
-        params[f"cas{i}"] = column.get_db_prep_save(value, connection)
+        params[f"cas{i}"] = column.get_db_prep_save(value, db)
     if source.params.keys() & params.keys():
         raise ValueError("parameters of statements along a move clash")
     reads = f"FROM {join} " if join else ""
@@ -420,6 +425,10 @@ def move_row_from(
         return None
     source.count = int(row[0])
     audit.cover([Moved(pk, before, str(to))])
+    if instance is not None:
+        instance.status = to  # type: ignore[attr-defined]
+        for name, value in fields.items():
+            setattr(instance, name, value)
     return tuple(row[1:])
 
 

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, transaction
 from django.db.models import Count, Exists, Q
 from django.utils import timezone
 
@@ -224,13 +224,13 @@ def _facts_of(gates: Any, agent_row: Any, score_rows: Any, policy: Any) -> _Clai
     agent = None
     if agent_row is not None:
         agent = Agent.from_db(
-            connection.alias,
+            DEFAULT_DB_ALIAS,
             _AGENT_FIELDS,
             [agent_row[f.column] for f in Agent._meta.concrete_fields],
         )
     scores = [
         TrustScore.from_db(
-            connection.alias,
+            DEFAULT_DB_ALIAS,
             _SCORE_FIELDS,
             [row["id"], row["agent_id"], row["capability"], row["successes"], row["failures"],
              _when(row["updated_at"])],

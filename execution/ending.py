@@ -234,9 +234,8 @@ def _succeed(
             assert leaf is not None
             dependents = _dependents(leaf)
             done = rows.complete_in_one(
-                node_id,
+                leaf,
                 attempt,
-                version_id=leaf.version_id,
                 dependents=dependents,
                 audit=audit,
                 finished_after_cancel=False,

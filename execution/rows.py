@@ -185,45 +185,48 @@ def _aliased(alias: str, model: type[Any], prefix: str) -> str:
 
 
 # A completion's leaf FOR UPDATE and its case FOR SHARE (the lock order of `_COMPLETING_SQL`),
-# with its version, its case and the stop switch: only while the case runs that version.
+# with its case and the stop switch: only while the case runs the leaf's version.
 _COMPLETING_CTE = (
-    f'"completing" AS (SELECT {_aliased("v", PlanVersion, "v_")}, {_aliased("c", Case, "c_")}, '  # noqa: S608
+    f'"completing" AS (SELECT {_aliased("c", Case, "c_")}, '  # noqa: S608
     f'EXISTS (SELECT 1 FROM "{ExecutionControl._meta.db_table}" x WHERE x.id = 1 AND x.stopped) '
     'AS "stopped" '
     f"FROM {_NODE} n "
-    f'JOIN "{PlanVersion._meta.db_table}" v ON v.id = n.version_id '
-    f'JOIN "{Case._meta.db_table}" c ON c.id = v.case_id '
+    f'JOIN "{Case._meta.db_table}" c ON c.id = %(done_case)s '
     "WHERE n.id = %(done_node)s AND n.kind = %(done_kind)s AND "
     f"{checked_on_the_row('n.version_id', '%(done_version)s')} "
     "AND c.current_version_id = n.version_id AND c.status = ANY(%(done_running)s) "
     "FOR UPDATE OF n FOR SHARE OF c)"
 )
+_CASE_FIELDS = len(Case._meta.concrete_fields)
 
 
 def complete_in_one(
-    node_id: int,
+    leaf: PlanNode,
     attempt: int,
     *,
-    version_id: int,
     dependents: Sequence[int],
     audit: Audit,
     **fields: Any,
 ) -> tuple[PlanNode, Along | None] | None:
     """Move a completing leaf `running → succeeded` with the fields in one statement that also
-    locks the leaf and its case (FOR SHARE) and reads them, and locks its pending `dependents`
-    (`pending_lock`): the completion's first read and its move in one round trip.
+    locks the leaf and its case (FOR SHARE) and reads the case, and locks its pending
+    `dependents` (`pending_lock`): the completion's first read and its move in one round trip.
 
-    Only for the plain case: the leaf is `running` at `attempt` and its case runs its version.
-    Returns the leaf as moved (its version and case set, the stop switch as `stopped`) and the
-    dependents' lock (its `count` set; None without dependents); None when nothing moved, for
-    the caller to read the leaf and see why (stale, cancelled, re-planned).
+    `leaf` is the leaf as its claim read it, with its version (a plan version does not change);
+    only for the plain case: the leaf is `running` at `attempt` and its case runs its version.
+    Returns `leaf` as moved (its status and the fields set, its version's case read again, the
+    stop switch as `stopped`) and the dependents' lock (its `count` set; None without
+    dependents); None when nothing moved, for the caller to read the leaf and see why (stale,
+    cancelled, re-planned), `leaf` then as it was.
     """
+    version = leaf.version
     source = Along(
         ctes=[_COMPLETING_CTE],
         params={
-            "done_node": node_id,
+            "done_node": leaf.pk,
             "done_kind": LEAF,
-            "done_version": version_id,
+            "done_version": version.pk,
+            "done_case": version.case_id,
             "done_running": list(RUNNING_CASE_STATUSES),
             "done_attempt": attempt,
         },
@@ -231,29 +234,33 @@ def complete_in_one(
     )
     lock = None
     if dependents:
-        lock = pending_lock(version_id, dependents, after="completing")
+        lock = pending_lock(version.pk, dependents, after="completing")
         source = Along(
             ctes=[*source.ctes, *lock.ctes],
             params={**source.params, **lock.params},
             first="pending",
         )
     row = move_leaf_from(
-        node_id,
+        leaf.pk,
         before=NodeStatus.RUNNING,
         to=NodeStatus.SUCCEEDED,
         audit=audit,
         source=source,
         join='"completing" t',
         where="m.attempts = %(done_attempt)s",
-        returning=f"{columns('m', PlanNode)}, t.*",
+        returning="t.*",
+        instance=leaf,
         **fields,
     )
     if row is None:
         return None
     if lock is not None:
         lock.count = source.count
-    node, _ = _leaf_version_case(row)
-    return node, lock
+    # `leaf` is now the row as the statement left it: the claim's, moved (no one else writes a
+    # running leaf but its worker's lease renewals, and the move clears the lease).
+    version.case = from_row(Case, row[:_CASE_FIELDS])
+    leaf.stopped = bool(row[_CASE_FIELDS])  # type: ignore[attr-defined]
+    return leaf, lock
 
 
 def locked_pending(version_id: int, ids: Sequence[int]) -> list[PlanNode]:

@@ -9,7 +9,8 @@ from typing import Any
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
-from django.db.models import Model
+from django.db.models import Model, signals
+from django.db.models.base import ModelState
 
 
 class _PreparingCursor(psycopg.Cursor[Any]):
@@ -86,7 +87,16 @@ def from_row(model: type[Model], values: Sequence[Any]) -> Any:
     converted = list(values)
     for i, convert in converters:
         converted[i] = convert(converted[i], None, db)
-    return model.from_db(db.alias, names, converted)
+    if signals.pre_init.has_listeners(model) or signals.post_init.has_listeners(model):
+        return model.from_db(db.alias, names, converted)
+    # What `from_db` makes, without `Model.__init__`'s walk over the fields and its signals
+    # (none listens): the row's values as the instance's attributes, loaded from `db`.
+    instance = object.__new__(model)
+    instance.__dict__.update(zip(names, converted, strict=True))
+    state = instance._state = ModelState()
+    state.adding = False
+    state.db = db.alias
+    return instance
 
 
 @functools.cache

@@ -18,7 +18,7 @@ from audit.models import AuditEvent
 from execution import actions as execution
 from execution.models import ExecutionControl, LeafAttempt
 from oversight.models import GateKind
-from planning.models import NodeStatus
+from planning.models import NodeStatus, PlanNode
 from tests.cases import planned_invoice_case
 from tests.execution.test_execution import _gate, approve, leaves
 
@@ -61,6 +61,7 @@ def test_a_completion_with_the_claims_leaf_reads_and_moves_it_in_one_statement(
     analyst: Any, officer: Any, leaf: bool
 ) -> None:
     case, claim = _started(analyst, officer)
+    fields = PlanNode._meta.concrete_fields
     ended, statements = _complete(claim, leaf=leaf, keep=1, worker="w")
     reads = [sql for sql in statements if sql.lstrip().startswith("SELECT") and FIRST_READ in sql]
     moves = [sql for sql in statements if '"completing" AS (SELECT' in sql]
@@ -72,6 +73,12 @@ def test_a_completion_with_the_claims_leaf_reads_and_moves_it_in_one_statement(
     node = leaves(case)["extract-fields"]
     assert node.status == NodeStatus.SUCCEEDED and node.output == {"vendor": "ACME"}
     assert node.lease_until is None and node.finished_after_cancel is False
+    if leaf:
+        # the claim's instance of the leaf, moved in place, is the row as the statement left it
+        assert {f.attname: getattr(claim.node, f.attname) for f in fields} == {
+            f.attname: getattr(node, f.attname) for f in fields
+        }
+        assert claim.node.version.case.current_version_id == node.version_id
     assert ended.status == NodeStatus.SUCCEEDED and ended.claimed is not None
     assert leaves(case)[ended.claimed.key].status == NodeStatus.RUNNING
     data = _succeeded_event(case)
@@ -83,13 +90,12 @@ def test_a_completion_with_the_claims_leaf_reads_and_moves_it_in_one_statement(
 
 def test_a_stale_attempt_with_the_claims_leaf_is_fenced_off(analyst: Any, officer: Any) -> None:
     case, claim = _started(analyst, officer)
-    from planning.models import PlanNode
-
     PlanNode.objects.filter(pk=claim.node_id).update(lease_until="2000-01-01T00:00:00Z")
     assert execution.reconcile_execution().recovered == (claim.node_id,)
     second = execution.claim_leaf(claim.node_id, worker="x")
     with pytest.raises(execution.StaleResult):
         _complete(claim, leaf=True)
+    assert claim.node.status == NodeStatus.RUNNING  # nothing moved: the claim's instance as was
     node = leaves(case)["extract-fields"]
     assert (node.status, node.attempts) == (NodeStatus.RUNNING, second.attempt)
     refused = AuditEvent.objects.filter(action="execution.leaf.result_refused").get()
