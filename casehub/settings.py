@@ -229,6 +229,8 @@ SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", f"file://{VAR_DIR / 'celery-results'}")
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    # kombu's transport, each message renamed into place once written (casehub/broker.py)
+    CELERY_BROKER_TRANSPORT = "casehub.broker:Transport"
     _queue_dir = VAR_DIR / "broker"
     _queue_dir.mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
