@@ -3,7 +3,8 @@
 kombu's own transport creates a message's file under its final name and then writes it; a worker
 polling the folder (every 50 ms here) can take the file in between, read it empty, fail to decode
 it and exit, with the message already removed: the task is lost (a planning run that never starts
-leaves its case in `planning` until the reconciler's lease runs out) and the worker restarts. Here
+leaves its case in `planning` until the reconciler's lease runs out) and the worker restarts (the
+symptom of kombu's open issue 1551, "Expecting value: line 1 column 1 (char 0)"). Here
 a message is written under a name the consumers skip and renamed into place once whole; a rename
 within one folder is atomic, so a consumer sees no file or the whole message.
 """
