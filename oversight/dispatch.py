@@ -23,7 +23,9 @@ def broker_status() -> dict[str, object]:
     try:
         with current_app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=3)
-            transport = conn.transport_cls
+            # kombu's name of the kind of broker ("redis", "amqp", "filesystem"), not the class:
+            # the embedded one is a class of CaseHub's own (casehub/broker.py)
+            transport = conn.transport.driver_type
     except Exception as exc:
         return {"ok": False, "error": type(exc).__name__}
     return {"ok": True, "transport": str(transport)}

@@ -235,6 +235,7 @@ def test_runcasehub_serves_plans_and_runs_a_case_on_its_embedded_database_and_st
             time.sleep(0.5)
         output = log_path.read_text(errors="replace")
         assert status == 200, f"not healthy; exit status {process.poll()}:\n{output[-4000:]}"
+        assert json.loads(body)["broker"]["transport"] == "filesystem"
         pids = {name: int(pid) for name, pid in re.findall(r"Started (.+?) \(pid (\d+)\)", output)}
         assert set(pids) == {"web server (gunicorn)", "Celery worker", "Celery beat"}
         assert "Demo logins (demo mode only):" in output

@@ -3,6 +3,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.test import Client
 from django.utils import timezone
 
@@ -19,6 +20,8 @@ def test_health_is_public_and_degraded_without_a_worker() -> None:
     assert body["status"] == "degraded"
     assert body["database"]["ok"] is True
     assert body["broker"]["ok"] is True
+    # the kind of broker, as its URL names it (not a transport class)
+    assert body["broker"]["transport"] == settings.CELERY_BROKER_URL.split("://")[0]
     assert body["worker"]["ok"] is False
 
 
