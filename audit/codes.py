@@ -107,6 +107,7 @@ EVENT_CODES: tuple[EventCode, ...] = (
             "planning.case.rate_limited": "Case submission refused: too many at once",
             "planning.plan.started": "Planning started",
             "planning.plan.requeued": "Planning sent again",
+            "planning.plan.interrupted": "Planning run stopped by an error (to be retried)",
             "planning.plan.failed": "Planning failed",
             "planning.plan.materialised": "Plan drawn up",
             "planning.llm.called": "LLM called",

@@ -14,7 +14,7 @@ import pydantic
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.cache import cache
-from django.db import transaction
+from django.db import close_old_connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -264,8 +264,19 @@ def materialise_plan(case_id: int) -> MaterialiseResult:
     Raises Case.DoesNotExist for an unknown case.
     """
     claimed = _claim_planning(case_id)
-    if claimed is not None:
+    if isinstance(claimed, str):
         return MaterialiseResult(Outcome.SKIPPED, reason=claimed)
+    try:
+        return _plan_and_store(case_id)
+    except Exception as exc:
+        # Storing the outcome failed (a lost database connection, a bug): the run gives its lease
+        # back so the reconciler tries again at its next pass, not after the whole lease, and the
+        # case fails with a reason once its attempts are used up. Celery logs the error.
+        _release_planning(case_id, claimed, exc)
+        raise
+
+
+def _plan_and_store(case_id: int) -> MaterialiseResult:
     calls = CallLog()
     cache = DatabaseDecompositionCache()
     case = Case.objects.get(pk=case_id)
@@ -287,8 +298,8 @@ def materialise_plan(case_id: int) -> MaterialiseResult:
 
 
 @transaction.atomic
-def _claim_planning(case_id: int) -> str | None:
-    """Take the case's planning lease; return why not (the run then skips), or None."""
+def _claim_planning(case_id: int) -> str | int:
+    """Take the case's planning lease; return why not (the run then skips), or the attempt."""
     case = Case.objects.select_for_update().get(pk=case_id)
     now = timezone.now()
     if case.status != CaseStatus.PLANNING:
@@ -303,7 +314,33 @@ def _claim_planning(case_id: int) -> str | None:
         chain=case_chain(case.pk),
         data={"case": case.pk, "attempt": case.planning_attempts},
     )
-    return None
+    return case.planning_attempts
+
+
+def _release_planning(case_id: int, attempt: int, exc: Exception) -> None:
+    """Give back the lease of a run that raised, if the case is still its own; never raises."""
+    try:
+        if not transaction.get_connection().in_atomic_block:
+            close_old_connections()  # a connection the error broke is replaced, not reused
+        with transaction.atomic():
+            case = Case.objects.select_for_update().filter(pk=case_id).first()
+            if (
+                case is None
+                or case.status != CaseStatus.PLANNING
+                or case.planning_attempts != attempt
+                or case.planning_lease_until is None
+            ):
+                return  # finished, or planned again by a later run: not this run's to release
+            case.planning_lease_until = timezone.now()
+            case.save(update_fields=["planning_lease_until", "updated_at"])
+            append_event(
+                "planning.plan.interrupted",
+                chain=case_chain(case.pk),
+                data={"case": case.pk, "attempt": attempt, "error": type(exc).__name__},
+            )
+    except Exception:
+        # The lease then runs out by itself; the reconciler retries after it.
+        logger.exception("planning case %s: could not release the lease", case_id)
 
 
 def plan_limits() -> PlanLimits:
@@ -469,7 +506,8 @@ def reconcile_planning() -> list[int]:
         if case.planning_attempts >= settings.CASEHUB_PLANNING_MAX_ATTEMPTS:
             reason = (
                 f"Planning did not finish after {case.planning_attempts} attempts (the workers "
-                "running it stopped). Submit the case again."
+                "running it stopped or failed; the audit trail names each attempt). Submit the "
+                "case again."
             )
             _mark_plan_failed(case, reason, attempts=case.planning_attempts)
             continue

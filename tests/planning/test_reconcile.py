@@ -120,3 +120,84 @@ def test_a_planned_case_is_never_reconciled(sent: list[tuple[str, int]]) -> None
     assert reconcile_planning() == []
     assert materialise_plan(case.pk).outcome == Outcome.SKIPPED
     assert PlanVersion.objects.filter(case=case).count() == 1
+
+
+class _StoreBroke(RuntimeError):
+    pass
+
+
+def _break_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    import planning.actions
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise _StoreBroke("the plan could not be stored")
+
+    monkeypatch.setattr(planning.actions, "store_version", broken)
+
+
+def test_a_run_that_fails_to_store_its_plan_gives_its_lease_back_for_the_next_reconcile(
+    sent: list[tuple[str, int]],
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    case = _submit()
+    with monkeypatch.context() as patch:
+        _break_store(patch)
+        with pytest.raises(_StoreBroke):
+            materialise_plan(case.pk)
+    case.refresh_from_db()
+    assert case.status == CaseStatus.PLANNING
+    assert case.planning_lease_until is not None
+    assert case.planning_lease_until <= timezone.now()
+    assert not PlanVersion.objects.filter(case=case).exists()
+    event = AuditEvent.objects.filter(chain=case_chain(case.pk)).order_by("-seq").first()
+    assert event is not None and event.action == "planning.plan.interrupted"
+    assert event.data == {"case": case.pk, "attempt": 1, "error": "_StoreBroke"}
+    # The very next pass sends it again: nobody waits out CASEHUB_PLANNING_LEASE_S.
+    with django_capture_on_commit_callbacks(execute=True):
+        assert reconcile_planning() == [case.pk]
+    assert sent == [(dispatch.PLAN_CASE, case.pk)]
+    assert materialise_plan(case.pk).outcome == Outcome.MATERIALISED
+    case.refresh_from_db()
+    assert case.status == CaseStatus.AWAITING_APPROVAL
+    assert case.planning_attempts == 2
+    assert verify_chain(case_chain(case.pk)) == []
+
+
+@override_settings(CASEHUB_PLANNING_MAX_ATTEMPTS=2)
+def test_a_case_whose_plan_never_stores_fails_with_a_reason_after_its_attempts(
+    sent: list[tuple[str, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    case = _submit()
+    _break_store(monkeypatch)
+    for _ in range(2):
+        with pytest.raises(_StoreBroke):
+            materialise_plan(case.pk)
+        reconcile_planning()
+    case.refresh_from_db()
+    assert case.status == CaseStatus.PLAN_FAILED
+    assert "2 attempts" in case.error and "failed" in case.error
+    assert _actions(case).count("planning.plan.interrupted") == 2
+    assert _actions(case)[-1] == "planning.plan.failed"
+    assert verify_chain(case_chain(case.pk)) == []
+
+
+def test_a_failed_run_never_releases_the_lease_a_later_run_took(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import planning.actions
+
+    case = _submit()
+    later = timezone.now() + timedelta(minutes=10)
+
+    def taken_over_then_broken(*args: Any, **kwargs: Any) -> Any:
+        # While this run stored its plan, its lease ran out and a second run took the case.
+        Case.objects.filter(pk=case.pk).update(planning_attempts=2, planning_lease_until=later)
+        raise _StoreBroke("the plan could not be stored")
+
+    monkeypatch.setattr(planning.actions, "_store_plan", taken_over_then_broken)
+    with pytest.raises(_StoreBroke):
+        materialise_plan(case.pk)
+    case.refresh_from_db()
+    assert case.planning_lease_until == later
+    assert "planning.plan.interrupted" not in _actions(case)
