@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model, QuerySet
 
 from audit.chain import Along, NewEvent, append_events
@@ -280,11 +281,9 @@ def _compare_and_set(
     if db.vendor != "postgresql" or expressions:
         return int(model._default_manager.filter(pk=pk, status=before).update(status=to, **fields))
     sql, columns = _update_statement(model, tuple(fields))
-    values = []
-    for column, value in zip(columns, fields.values(), strict=True):
-        if column.remote_field is not None and hasattr(value, "prepare_database_save"):
-            value = value.prepare_database_save(column)
-        values.append(column.get_db_prep_save(value, db))
+    values = [
+        _db_value(column, value, db) for column, value in zip(columns, fields.values(), strict=True)
+    ]
     with prepared_cursor() as cursor:
         if along is None:
             cursor.execute(sql, [to, *values, pk, before])
@@ -339,9 +338,7 @@ def move_row_along(
     for column, value in zip(columns, fields.values(), strict=True):
         if hasattr(value, "resolve_expression"):
             raise ValueError("a move along an append takes plain values")
-        if column.remote_field is not None and hasattr(value, "prepare_database_save"):
-            value = value.prepare_database_save(column)
-        values.append(column.get_db_prep_save(value, db))
+        values.append(_db_value(column, value, db))
     values += [row.pk, before]
     update = sql.replace("%s", "{}").format(*(f"%({name}_{i})s" for i in range(len(values))))
     writes = Along(
@@ -404,10 +401,8 @@ def move_row_from(
         column: Any = meta.get_field(name)
         if hasattr(value, "resolve_expression"):
             raise ValueError("a move with its reads in one statement takes plain values")
-        if column.remote_field is not None and hasattr(value, "prepare_database_save"):
-            value = value.prepare_database_save(column)
         assignments.append(f"{quote(str(column.column))} = %(cas{i})s")
-        params[f"cas{i}"] = column.get_db_prep_save(value, db)
+        params[f"cas{i}"] = _db_value(column, value, db)
     if source.params.keys() & params.keys():
         raise ValueError("parameters of statements along a move clash")
     reads = f"FROM {join} " if join else ""
@@ -430,6 +425,13 @@ def move_row_from(
         for name, value in fields.items():
             setattr(instance, name, value)
     return tuple(row[1:])
+
+
+def _db_value(column: Any, value: Any, db: BaseDatabaseWrapper) -> Any:
+    """Return `value` prepared for `column` in an UPDATE, as the ORM's `update()` prepares it."""
+    if column.remote_field is not None and hasattr(value, "prepare_database_save"):
+        value = value.prepare_database_save(column)
+    return column.get_db_prep_save(value, db)
 
 
 @functools.lru_cache(maxsize=256)
