@@ -294,6 +294,15 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
         "unacked_restore_interval": min(10, _restore_sweep_s),
         "unacked_restore_throttle": max(1, _restore_sweep_s // 10),
     }
+if CELERY_BROKER_URL.startswith(("amqp://", "amqps://", "pyamqp://")):
+    # RabbitMQ: quorum queues (replicated, a message acknowledged only once it ran: acks_late),
+    # every publish confirmed by the broker before `send_task` returns, and a retry's backoff
+    # held by RabbitMQ (Celery's native delayed delivery, which routes through topic exchanges),
+    # not by the worker that took it. The worker's prefetch is then per consumer (Celery turns
+    # global QoS off for quorum queues).
+    CELERY_TASK_DEFAULT_QUEUE_TYPE = "quorum"
+    CELERY_TASK_DEFAULT_EXCHANGE_TYPE = "topic"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"confirm_publish": True}
 # Every audit chain is verified and checkpointed this often (seconds).
 CASEHUB_AUDIT_CHECKPOINT_INTERVAL_S = env_int(
     "CASEHUB_AUDIT_CHECKPOINT_INTERVAL_S", 3600, minimum=1

@@ -9,6 +9,7 @@ down at approval time, a restarted Redis) is found again by the execution reconc
 from __future__ import annotations
 
 import logging
+import math
 from functools import partial
 from typing import Any
 
@@ -41,7 +42,14 @@ def task_time_limit_s() -> float:
 
 
 def send_leaf(node_id: int, *, countdown: float | None = None) -> None:
-    """Send a leaf to the workers now (ids only); a broker error is logged, not raised."""
+    """Send a leaf to the workers now (ids only); a broker error is logged, not raised.
+
+    A countdown is rounded up to whole seconds, on every broker: RabbitMQ's delayed delivery (its
+    quorum queues) counts whole seconds and drops the fraction, so a retry's message would come
+    early and its claim refuse it, and kombu refuses one under a second outright.
+    """
+    if countdown is not None and countdown > 0:
+        countdown = math.ceil(countdown)
     try:
         current_app.send_task(
             RUN_LEAF,

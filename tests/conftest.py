@@ -178,7 +178,9 @@ class WorkerProcess:
                 sys.executable, "-m", "celery", "-A", "casehub", "worker",
                 "--loglevel", "INFO", "--pool", self.pool,
                 "--concurrency", str(self.concurrency),
-                "--hostname", f"test-{os.getpid()}@%h", "--without-mingle", "--without-gossip",
+                # one name a worker: RabbitMQ gives each name one exclusive control queue
+                "--hostname", f"test-{os.getpid()}-{id(self):x}@%h",
+                "--without-mingle", "--without-gossip",
             ],
             cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -6,6 +6,7 @@ same actions on real Celery workers (tests/integration/test_execution_faults.py)
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -402,3 +403,25 @@ def test_a_leaf_and_a_goal_judgement_are_sent_as_storing_no_result() -> None:
         before_task_publish.disconnect(record)
     assert seen[dispatch.RUN_LEAF]["ignore_result"] is True
     assert seen[dispatch.JUDGE_GOAL]["ignore_result"] is True
+
+
+@pytest.mark.parametrize(("countdown", "whole"), [(0.3, 1), (1.2, 2), (3.0, 3)])
+def test_a_leaf_sent_with_a_countdown_waits_whole_seconds_never_less(
+    countdown: float, whole: int
+) -> None:
+    """RabbitMQ's delayed delivery counts whole seconds and drops the fraction (kombu refuses a
+    countdown under one): a retry's message would come early, or not at all."""
+    seen: dict[str, Any] = {}
+
+    def record(sender: str | None = None, headers: Any = None, **kwargs: Any) -> None:
+        seen[str(sender)] = dict(headers or {})
+
+    before_task_publish.connect(record, weak=False)
+    try:
+        sent = datetime.now(UTC)
+        dispatch.send_leaf(0, countdown=countdown)
+        done = datetime.now(UTC)
+    finally:
+        before_task_publish.disconnect(record)
+    eta = datetime.fromisoformat(seen[dispatch.RUN_LEAF]["eta"])
+    assert sent + timedelta(seconds=whole) <= eta <= done + timedelta(seconds=whole)
