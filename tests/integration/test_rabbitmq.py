@@ -6,9 +6,12 @@ from `casehub/settings.py` exactly as a deployment on RabbitMQ does: quorum queu
 publishes, and a retry's backoff held by RabbitMQ (native delayed delivery). A virtual host of its
 own, made for the run and deleted after it, keeps the run apart from anything else on the broker.
 
-The rows it covers on RabbitMQ: E1, E2, E5, E6, E8, E9, E10, E11, E12, S11 and O11 (and P2's
-thousand leaves). The rows that stop or break the broker itself (E3, E4, E7) run on a private
-Redis only (`test_execution_broker_faults.py`).
+With them runs `rabbitmq_broker_faults.py`: RabbitMQ stopped and started with leaves queued (E3)
+and a plan approved while it is down (E4), through `rabbitmqctl stop_app` and `start_app`.
+
+The rows it covers on RabbitMQ: E1 to E6 and E8 to E12, S11 and O11 (and P2's thousand leaves).
+E7, a leaf longer than Redis's visibility timeout, is Redis's own: RabbitMQ redelivers a message
+only when the connection of the worker holding it closes (E1 and E10 cover that).
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ def test_the_execution_fault_tests_pass_on_rabbitmq_with_quorum_queues(
             [
                 sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
                 "tests/integration/test_execution_faults.py",
+                "tests/integration/rabbitmq_broker_faults.py",
             ],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=1800, check=False,
         )  # fmt: skip
