@@ -18,16 +18,9 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from django.conf import settings as django_settings
 
-from execution import actions as execution
-from oversight.models import Gate, GateKind, GateStatus
-from planning.models import CaseStatus, NodeStatus
+from planning.models import NodeStatus
+from tests.integration.broker_faults import Supervised, approved_while_down, each_ran_and_acted_once
 from tests.integration.execution import Harness, approve_plan, leaf, wait_until
-from tests.integration.test_execution_broker_faults import (
-    KEYS,
-    Supervised,
-    _each_ran_and_acted_once,
-    _script,
-)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -124,36 +117,12 @@ def test_rabbitmq_stopped_and_started_with_leaves_queued_loses_nothing_and_runs_
                    reconcile=False, workers=tuple(workers.workers))  # fmt: skip
     finally:
         workers.stop()
-    _each_ran_and_acted_once(harness, busy, ["busy"])
+    each_ran_and_acted_once(harness, busy, ["busy"])
     for case in queued:
-        _each_ran_and_acted_once(harness, case, ["q"])
+        each_ran_and_acted_once(harness, case, ["q"])
 
 
 def test_a_plan_approved_while_rabbitmq_is_down_runs_once_it_is_back(
     rabbitmq: RabbitMQ, harness: Harness, analyst: Any, officer: Any
 ) -> None:
-    case = harness.case(analyst, _script())
-    workers = Supervised(harness, concurrency=2)
-    try:
-        # The worker is idle (its start-up pings answered and acknowledged) when the broker goes.
-        wait_until("the worker to be idle", lambda: rabbitmq.queued()
-                   + rabbitmq.unacknowledged() == 0, reconcile=False)  # fmt: skip
-        rabbitmq.stop()
-        approve_plan(case, officer)  # the approval commits; its messages are not sent
-        gate = Gate.objects.get(case=case, kind=GateKind.PLAN)
-        assert gate.status == GateStatus.APPROVED
-        assert {leaf(case, key).status for key in KEYS} == {NodeStatus.READY}
-        case.refresh_from_db()
-        assert case.status in {CaseStatus.APPROVED, CaseStatus.EXECUTING}
-        for _ in range(3):  # the reconciler runs while the broker is away: no error, no claim
-            execution.reconcile_execution()
-        assert {leaf(case, key).status for key in KEYS} == {NodeStatus.READY}
-        rabbitmq.start()
-
-        def all_done() -> bool:
-            return leaf(case, "last").status == NodeStatus.SUCCEEDED
-
-        wait_until("every leaf", workers.check(all_done), workers=tuple(workers.workers))
-    finally:
-        workers.stop()
-    _each_ran_and_acted_once(harness, case, [*KEYS, "last"])
+    approved_while_down(rabbitmq, harness, analyst, officer)

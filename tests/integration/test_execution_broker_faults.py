@@ -10,7 +10,7 @@ and a message delivered twice runs once, because the claim refuses the second on
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,47 +18,13 @@ import pytest
 
 from audit.chain import case_chain, verify_chain
 from audit.models import AuditEvent
-from execution import actions as execution
 from execution.models import LeafAttempt
-from oversight.models import Gate, GateKind, GateStatus
-from planning.models import Case, CaseStatus, NodeStatus
+from planning.models import CaseStatus, NodeStatus
+from tests.integration.broker_faults import Supervised, approved_while_down, each_ran_and_acted_once
 from tests.integration.execution import Harness, approve_plan, leaf, wait_until
 from tests.integration.redis_server import RedisServer, celery_broker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-KEYS = ["q1", "q2", "q3", "q4", "q5"]
-
-
-class Supervised:
-    """A worker kept running as `make run` and systemd keep theirs: one that exits is replaced.
-
-    Kombu's Redis transport may end the worker ("Unrecoverable error: AttributeError") when the
-    broker vanishes while the worker holds an unacknowledged message; a deployment's supervisor
-    starts it again, and so does this.
-    """
-
-    def __init__(self, harness: Harness, **env: object) -> None:
-        self.harness = harness
-        self.env = env
-        self.workers = [harness.worker(**env)]
-
-    @property
-    def replaced(self) -> int:
-        return len(self.workers) - 1
-
-    def check(self, condition: Callable[[], bool]) -> Callable[[], bool]:
-        def supervised() -> bool:
-            current = self.workers[-1]
-            if current.process is not None and current.process.poll() is not None:
-                self.workers.append(self.harness.worker(**self.env))
-            return condition()
-
-        return supervised
-
-    def stop(self) -> None:
-        for worker in self.workers:
-            worker.stop()
 
 
 @pytest.fixture
@@ -77,26 +43,6 @@ def harness(
     redis_server: RedisServer, transactional_db: None, settings: Any, tmp_path: Path
 ) -> Harness:
     return Harness(settings, tmp_path / "effects")
-
-
-def _script() -> list[dict[str, Any]]:
-    """Five independent leaves of a second each, then one that waits for all of them."""
-    return [
-        *({"key": key, "seconds": 1} for key in KEYS),
-        {"key": "last", "depends_on": KEYS},
-    ]
-
-
-def _each_ran_and_acted_once(harness: Harness, case: Case, keys: list[str]) -> None:
-    for key in keys:
-        node = leaf(case, key)
-        assert (node.status, node.attempts) == (NodeStatus.SUCCEEDED, 1), key
-        assert harness.effects_of(case, key) == (1, 1), key  # invoked once, acted once
-        outcomes = LeafAttempt.objects.filter(node=node).values_list("outcome", flat=True)
-        assert list(outcomes) == ["succeeded"], key  # claimed once
-    assert verify_chain(case_chain(case.pk)) == []
-    case.refresh_from_db()
-    assert case.status == CaseStatus.COMPLETED, case.verification
 
 
 @pytest.mark.scenario("E3")
@@ -138,9 +84,9 @@ def test_redis_restarted_with_leaves_queued_loses_nothing_and_runs_nothing_twice
         wait_until("every queued leaf", workers.check(all_done), workers=tuple(workers.workers))
     finally:
         workers.stop()
-    _each_ran_and_acted_once(harness, busy, ["busy"])
+    each_ran_and_acted_once(harness, busy, ["busy"])
     for case in queued:
-        _each_ran_and_acted_once(harness, case, ["q"])
+        each_ran_and_acted_once(harness, case, ["q"])
     # No leaf was lost mid-run (leases held throughout): the waiting ones were only sent again.
     assert not AuditEvent.objects.filter(action="execution.leaf.recovered").exists()
 
@@ -149,32 +95,13 @@ def test_redis_restarted_with_leaves_queued_loses_nothing_and_runs_nothing_twice
 def test_a_plan_approved_while_redis_is_down_runs_once_redis_is_back(
     redis_server: RedisServer, harness: Harness, analyst: Any, officer: Any
 ) -> None:
-    case = harness.case(analyst, _script())
-    workers = Supervised(harness, concurrency=2, CELERY_BROKER_URL=redis_server.url)
-    try:
-        # The worker is idle (its start-up pings answered and acknowledged) when Redis goes.
-        wait_until("the worker to be idle", lambda: redis_server.queued()
-                   + redis_server.unacknowledged() == 0, reconcile=False)  # fmt: skip
-        redis_server.stop(signal.SIGKILL)
-        approve_plan(case, officer)  # the approval commits; its messages are not sent
-        gate = Gate.objects.get(case=case, kind=GateKind.PLAN)
-        assert gate.status == GateStatus.APPROVED
-        assert {leaf(case, key).status for key in KEYS} == {NodeStatus.READY}
-        case.refresh_from_db()
-        assert case.status in {CaseStatus.APPROVED, CaseStatus.EXECUTING}
-        for _ in range(3):  # the reconciler runs while the broker is away: no error, no claim
-            execution.reconcile_execution()
-        assert {leaf(case, key).status for key in KEYS} == {NodeStatus.READY}
-        redis_server.start()
-        assert redis_server.queued() == 0
+    def queue_lost() -> None:
+        assert redis_server.queued() == 0  # nothing was sent while it was down
 
-        def all_done() -> bool:
-            return leaf(case, "last").status == NodeStatus.SUCCEEDED
-
-        wait_until("every leaf", workers.check(all_done), workers=tuple(workers.workers))
-    finally:
-        workers.stop()
-    _each_ran_and_acted_once(harness, case, [*KEYS, "last"])
+    approved_while_down(
+        redis_server, harness, analyst, officer,
+        restarted=queue_lost, CELERY_BROKER_URL=redis_server.url,
+    )  # fmt: skip
 
 
 @pytest.mark.scenario("E7")
