@@ -76,6 +76,28 @@ def each_ran_and_acted_once(harness: Harness, case: Case, keys: list[str]) -> No
     assert case.status == CaseStatus.COMPLETED, case.verification
 
 
+def busy_with_leaves_queued(
+    harness: Harness, analyst: Any, officer: Any, **worker_env: object
+) -> tuple[Case, list[Case], Supervised]:
+    """E3's start: one worker process busy with a case's long leaf ("busy", 5 s) while four other
+    cases' leaves ("q") are sent, so that their messages wait in the broker (a worker only ever
+    picks up its own case's next leaf). Returns the busy case, the queued ones and the workers,
+    which the caller stops."""
+    busy = harness.case(analyst, [{"key": "busy", "seconds": 5}])
+    queued = [harness.case(analyst, [{"key": "q", "seconds": 0.5}]) for _ in range(4)]
+    workers = Supervised(harness, concurrency=1, CASEHUB_LEAF_SOFT_LIMIT_S=14, **worker_env)
+    try:
+        approve_plan(busy, officer)
+        wait_until("the long leaf to run", lambda: leaf(busy, "busy").status == NodeStatus.RUNNING,
+                   reconcile=False, workers=tuple(workers.workers))  # fmt: skip
+        for case in queued:
+            approve_plan(case, officer)
+    except BaseException:
+        workers.stop()
+        raise
+    return busy, queued, workers
+
+
 def approved_while_down(
     broker: Broker,
     harness: Harness,

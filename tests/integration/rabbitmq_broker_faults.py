@@ -19,8 +19,12 @@ import pytest
 from django.conf import settings as django_settings
 
 from planning.models import NodeStatus
-from tests.integration.broker_faults import Supervised, approved_while_down, each_ran_and_acted_once
-from tests.integration.execution import Harness, approve_plan, leaf, wait_until
+from tests.integration.broker_faults import (
+    approved_while_down,
+    busy_with_leaves_queued,
+    each_ran_and_acted_once,
+)
+from tests.integration.execution import Harness, leaf, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -87,17 +91,9 @@ def harness(transactional_db: None, settings: Any, tmp_path: Path) -> Harness:
 def test_rabbitmq_stopped_and_started_with_leaves_queued_loses_nothing_and_runs_nothing_twice(
     rabbitmq: RabbitMQ, harness: Harness, analyst: Any, officer: Any
 ) -> None:
-    # One worker process, busy with a case's long leaf while four other cases' leaves are sent:
-    # their messages wait in the quorum queue, which outlives the broker's restart.
-    busy = harness.case(analyst, [{"key": "busy", "seconds": 5}])
-    queued = [harness.case(analyst, [{"key": "q", "seconds": 0.5}]) for _ in range(4)]
-    workers = Supervised(harness, concurrency=1, CASEHUB_LEAF_SOFT_LIMIT_S=14)
+    # The queued leaves' messages wait in the quorum queue, which outlives the broker's restart.
+    busy, queued, workers = busy_with_leaves_queued(harness, analyst, officer)
     try:
-        approve_plan(busy, officer)
-        wait_until("the long leaf to run", lambda: leaf(busy, "busy").status == NodeStatus.RUNNING,
-                   reconcile=False, workers=tuple(workers.workers))  # fmt: skip
-        for case in queued:
-            approve_plan(case, officer)
         # (more, when a retry an earlier test scheduled comes out of its delay queue meanwhile)
         assert rabbitmq.queued() >= len(queued)
         assert leaf(busy, "busy").status == NodeStatus.RUNNING  # the broker goes while it runs

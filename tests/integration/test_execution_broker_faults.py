@@ -20,7 +20,11 @@ from audit.chain import case_chain, verify_chain
 from audit.models import AuditEvent
 from execution.models import LeafAttempt
 from planning.models import CaseStatus, NodeStatus
-from tests.integration.broker_faults import Supervised, approved_while_down, each_ran_and_acted_once
+from tests.integration.broker_faults import (
+    approved_while_down,
+    busy_with_leaves_queued,
+    each_ran_and_acted_once,
+)
 from tests.integration.execution import Harness, approve_plan, leaf, wait_until
 from tests.integration.redis_server import RedisServer, celery_broker
 
@@ -50,19 +54,11 @@ def harness(
 def test_redis_restarted_with_leaves_queued_loses_nothing_and_runs_nothing_twice(
     redis_server: RedisServer, harness: Harness, analyst: Any, officer: Any
 ) -> None:
-    # One worker process, busy with a case's long leaf while four other cases' leaves are sent:
-    # their messages wait in Redis (a worker only ever picks up its own case's next leaf).
-    busy = harness.case(analyst, [{"key": "busy", "seconds": 5}])
-    queued = [harness.case(analyst, [{"key": "q", "seconds": 0.5}]) for _ in range(4)]
-    workers = Supervised(
-        harness, concurrency=1, CELERY_BROKER_URL=redis_server.url, CASEHUB_LEAF_SOFT_LIMIT_S=14
+    # The queued leaves' messages wait in Redis.
+    busy, queued, workers = busy_with_leaves_queued(
+        harness, analyst, officer, CELERY_BROKER_URL=redis_server.url
     )
     try:
-        approve_plan(busy, officer)
-        wait_until("the long leaf to run", lambda: leaf(busy, "busy").status == NodeStatus.RUNNING,
-                   reconcile=False, workers=tuple(workers.workers))  # fmt: skip
-        for case in queued:
-            approve_plan(case, officer)
         assert redis_server.queued() == len(queued)
         assert leaf(busy, "busy").status == NodeStatus.RUNNING  # Redis goes while it runs
         redis_server.stop(signal.SIGKILL)
