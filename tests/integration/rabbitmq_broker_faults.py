@@ -94,8 +94,8 @@ def test_rabbitmq_stopped_and_started_with_leaves_queued_loses_nothing_and_runs_
     # The queued leaves' messages wait in the quorum queue, which outlives the broker's restart.
     busy, queued, workers = busy_with_leaves_queued(harness, analyst, officer)
     try:
-        # (more, when a retry an earlier test scheduled comes out of its delay queue meanwhile)
-        assert rabbitmq.queued() >= len(queued)
+        # Their messages are in the broker: the one worker process is busy, and takes one at a time.
+        # (Not counted here: `rabbitmqctl`'s message counts are statistics that lag by seconds.)
         assert leaf(busy, "busy").status == NodeStatus.RUNNING  # the broker goes while it runs
         rabbitmq.stop()
         # The long leaf ends while the broker is away; the reconciler cannot send anything.
