@@ -1,4 +1,4 @@
-"""Seed the demo: one user per role plus a second compliance officer, the domain packs with
+"""Seed the demo: one user per role plus a second analyst, officer and admin, the domain packs with
 their agents and tools, and the invoice pack's demo ERP data (demo mode only)."""
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ DEMO_USERS: tuple[tuple[str, str, str], ...] = (
     ("supervisor", roles.SUPERVISOR, "Sam Supervisor"),
     ("auditor", roles.AUDITOR, "Audrey Auditor"),
     ("admin", roles.ADMIN, "Adam Admin"),
+    # A second admin approves what the first one asks (a role grant, a password reset, a policy).
+    ("admin2", roles.ADMIN, "Ada Second-Admin"),
 )
 
 
