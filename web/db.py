@@ -80,13 +80,13 @@ def columns(alias: str, model: type[Model]) -> str:
 def from_row(model: type[Model], values: Sequence[Any]) -> Any:
     """Return the model instance of a row's values (`columns`), converted as the ORM converts
     them."""
-    names, converters = _row_reading(model)
+    db = connections[DEFAULT_DB_ALIAS]
+    names, converters = _row_reading(model, db.vendor)
     if len(values) != len(names):
         raise ValueError(f"{model.__name__} has {len(names)} columns, not {len(values)}")
-    db = connections[DEFAULT_DB_ALIAS]
     converted = list(values)
-    for i, convert in converters:
-        converted[i] = convert(converted[i], None, db)
+    for i, convert, column in converters:
+        converted[i] = convert(converted[i], column, db)
     if signals.pre_init.has_listeners(model) or signals.post_init.has_listeners(model):
         return model.from_db(db.alias, names, converted)
     # What `from_db` makes, without `Model.__init__`'s walk over the fields and its signals
@@ -100,15 +100,21 @@ def from_row(model: type[Model], values: Sequence[Any]) -> Any:
 
 
 @functools.cache
-def _row_reading(model: type[Model]) -> tuple[list[str], list[tuple[int, Any]]]:
-    """Return the model's column attribute names and, by position, its fields' converters of
-    database values (read once per model: a leaf's completion reads three rows)."""
+def _row_reading(model: type[Model], vendor: str) -> tuple[list[str], list[tuple[int, Any, Any]]]:
+    """Return the model's column attribute names and, by position, the converters of database
+    values the ORM applies to its columns — the backend's, then the field's — with the column
+    they are given (read once per model and backend: a leaf's completion reads three rows).
+
+    The backend's own matter on SQLite, whose driver hands a datetime back naive; the ORM makes it
+    aware. They depend on the backend and the settings only, not on the thread's connection.
+    """
+    ops = connections[DEFAULT_DB_ALIAS].ops
     fields = model._meta.concrete_fields
-    converters = [
-        (i, field.from_db_value)
-        for i, field in enumerate(fields)
-        if hasattr(field, "from_db_value")
-    ]
+    converters = []
+    for i, field in enumerate(fields):
+        column = field.get_col(model._meta.db_table)
+        for convert in ops.get_db_converters(column) + column.get_db_converters(ops.connection):
+            converters.append((i, convert, column))
     return [field.attname for field in fields], converters
 
 
