@@ -7,6 +7,7 @@ from typing import Any
 from django.apps import apps as global_apps
 from django.contrib.auth.management import create_permissions
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, Permission
+from django.core.exceptions import PermissionDenied
 
 ANALYST = "analyst"
 OFFICER = "compliance officer"
@@ -15,6 +16,11 @@ SUPERVISOR = "compliance supervisor"
 AUDITOR = "auditor"
 ADMIN = "admin"
 ROLES = (ANALYST, OFFICER, SUPERVISOR, AUDITOR, ADMIN)
+
+
+class NoRoleAllows(PermissionDenied):
+    """Refused whatever roles the user holds (403): the page says why and suggests no role."""
+
 
 # The role permissions. They belong to no single model: their codenames hang on the oversight
 # app's `Capability` anchor (no table), where they have always been, so grants stay as they are.

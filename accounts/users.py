@@ -28,14 +28,13 @@ from django.conf import settings
 from django.contrib.auth import password_validation
 from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, User
-from django.core.exceptions import PermissionDenied
 from django.db import connection, transaction
 from django.utils import timezone
 
 from accounts import approvals, sessions
 from accounts import tokens as api_tokens
 from accounts.models import PasswordResetRequest, RoleGrantRequest, SigningState
-from accounts.roles import ADMIN, AUDITOR, CONFIGURE, OFFICER, ROLES, SUPERVISOR
+from accounts.roles import ADMIN, AUDITOR, CONFIGURE, OFFICER, ROLES, SUPERVISOR, NoRoleAllows
 from audit.chain import SYSTEM_CHAIN, append_event
 from audit.models import AuditEvent
 
@@ -68,7 +67,7 @@ def _recording() -> Iterator[None]:
         _in_user_action.reset(token)
 
 
-class UserChangeRefused(PermissionDenied):
+class UserChangeRefused(NoRoleAllows):
     """The change is not allowed (403). The refusal is already in the trail.
 
     `durable` is False when the refusal was recorded inside a transaction the caller holds:

@@ -11,8 +11,9 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 from django.db.models import Model
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
+from accounts.roles import NoRoleAllows
 from audit.chain import append_event
 from planning.models import Agent, DomainPack, Tool
 
@@ -27,6 +28,16 @@ AGENT_FIELDS = (
     "system_prompt",
     "enabled",
 )
+
+
+# Where tools and packs come from, for an admin who tries to add one here.
+FROM_CODE = (
+    "come from the domain packs, which are written in code: CaseHub's own in planning/packs, and "
+    "more named by the CASEHUB_EXTRA_PACKS setting. Each is registered when the database is "
+    "migrated (make run does it) and then listed here, where you {can}."
+)
+NO_ADDED_TOOL = "Tools are not added here. They " + FROM_CODE.format(can="set a tool's risk class")
+NO_ADDED_PACK = "Packs are not added here. They " + FROM_CODE.format(can="enable or disable a pack")
 
 
 def _changes(before: Model | None, after: Model, fields: tuple[str, ...]) -> dict[str, Any]:
@@ -112,6 +123,9 @@ class ToolAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tools are registered in code
 
+    def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        raise NoRoleAllows(NO_ADDED_TOOL)
+
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
@@ -136,6 +150,9 @@ class DomainPackAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # packs are registered in code
+
+    def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        raise NoRoleAllows(NO_ADDED_PACK)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

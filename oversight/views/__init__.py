@@ -31,7 +31,6 @@ from django.views.decorators.http import require_GET, require_POST
 from accounts import roles
 from accounts.denials import record_denial
 from accounts.models import AccessDenial
-from accounts.users import UserChangeRefused
 from audit.chain import case_chain
 from audit.checkpoints import latest_checkpoint, verify_anchored_chain
 from audit.export import export_case_bundle
@@ -107,8 +106,8 @@ def permission_denied(request: HtmxHttpRequest, exception: Exception) -> HttpRes
         # Checks word their reasons as clauses ("only admins manage users"): show a sentence.
         message = message[0].upper() + message[1:].rstrip(".") + "."
     record_denial(request, AccessDenial.Kind.FORBIDDEN)
-    # A refused user change is an admin's, about a user's record: a role would not help.
-    ask_for_role = not isinstance(exception, UserChangeRefused)
+    # Some refusals no role would lift (an admin's change to a user's record, adding a tool).
+    ask_for_role = not isinstance(exception, roles.NoRoleAllows)
     return _error_page(request, "403.html", 403, message, ask_for_role=ask_for_role)
 
 

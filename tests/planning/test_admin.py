@@ -11,6 +11,7 @@ from django.urls import reverse
 from audit.models import AuditEvent
 from planning.catalogue import sync_packs
 from planning.models import Agent, DomainPack, Tool
+from tests import personas
 
 pytestmark = pytest.mark.django_db
 
@@ -133,6 +134,29 @@ def test_tools_and_packs_cannot_be_added_or_deleted(admin_client_: Client) -> No
         admin_client_.get(reverse("admin:planning_domainpack_delete", args=[pack.pk])).status_code
         == 403
     )
+
+
+@pytest.mark.parametrize(
+    ("url", "noun", "here"),
+    [
+        ("admin:planning_tool_add", "Tools", "set a tool&#x27;s risk class"),
+        ("admin:planning_domainpack_add", "Packs", "enable or disable a pack"),
+    ],
+)
+def test_an_admin_adding_a_tool_or_pack_is_told_where_they_come_from(
+    url: str, noun: str, here: str
+) -> None:
+    sync_packs()
+    client = Client()
+    client.force_login(personas.admin())
+    refused = client.get(reverse(url))
+    assert refused.status_code == 403
+    page = refused.content.decode()
+    assert f"{noun} are not added here." in page
+    assert "planning/packs" in page and "CASEHUB_EXTRA_PACKS" in page
+    assert here in page
+    # An admin already holds every role that could add one: no role would help.
+    assert "ask an admin" not in page
 
 
 def test_disabling_a_pack_is_audited(admin_client_: Client) -> None:
