@@ -56,6 +56,7 @@ from planning.core.static import MethodLibrary, StaticDecomposition
 from planning.core.tree import Compound, Goal, Leaf, Node, StrategyName
 from planning.core.validation import validate_plan
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion, Strategy
+from planning.planner import case_state
 from planning.promotion.methods import PROMOTED_PREFIX, MethodInvalid, library_for
 from planning.transitions import move_case
 from planning.versions import (
@@ -237,7 +238,7 @@ def _redecompose(
     pack = enabled_pack(case.domain) if case.domain else None
     if pack is None:
         raise NoAlternative("the case has no enabled domain pack whose methods could re-plan it")
-    state = pack.initial_state(case.inputs)
+    state = case_state(case, pack)
     parent = old.parent_of(failed.key)
     assert parent is not None  # every leaf has a parent: the root at least
     subtree = old.root if case.strategy == Strategy.GOAL else parent

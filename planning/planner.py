@@ -18,7 +18,7 @@ from planning.core.llm.cache import DecompositionCache
 from planning.core.llm.client import LlmClient
 from planning.core.llm.decomposition import LlmBudgets, LlmDecomposition, expected_calls
 from planning.core.llm.records import LlmCallRecord, LlmNotConfigured, LlmSettings
-from planning.core.pack import DomainPack
+from planning.core.pack import DomainPack, planning_state
 from planning.core.static import MethodLibrary, StaticDecomposition
 from planning.core.strategy import Strategy as CoreStrategy
 from planning.core.tree import Goal
@@ -195,7 +195,7 @@ def build_request(
     pack = enabled_pack(case.domain) if case.domain else None
     if case.domain and pack is None:
         raise PlanningUnavailable(f"The domain pack {case.domain!r} is unknown or disabled.")
-    state = pack.initial_state(case.inputs) if pack else dict(case.inputs)
+    state = case_state(case, pack)
     if pack is not None:
         goal = Goal(name=pack.root_task, description=_description(case))
     else:
@@ -227,6 +227,16 @@ def build_request(
     return PlanRequest(strategy=strategy, goal=goal, state=state, pack=pack, clients=clients)
 
 
+def case_state(case: Case, pack: DomainPack | None) -> dict[str, Any]:
+    """Return the planning state of `case`: its inputs (as its pack reads them) and whether this
+    installation has an LLM provider, which a pack's methods may need to know.
+
+    Raises pydantic.ValidationError for inputs that no longer fit the pack.
+    """
+    state = pack.initial_state(case.inputs) if pack else dict(case.inputs)
+    return planning_state(state, has_llm_provider=llm_settings().is_configured)
+
+
 def _methods(pack: DomainPack | None) -> MethodLibrary:
     if pack is None:
         raise PlanningUnavailable("Static and forward planning need a domain pack.")
@@ -250,6 +260,7 @@ __all__ = [
     "budget_backend",
     "budget_guard",
     "build_request",
+    "case_state",
     "expected_llm_calls",
     "llm_budgets",
     "llm_settings",

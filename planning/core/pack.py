@@ -22,6 +22,27 @@ def _has_problem(problems: Mapping[str, object], path: str) -> bool:
 
 type StateView = Mapping[str, Any]
 type DataCheck = Callable[[Mapping[str, Any], Any], Mapping[str, Sequence[str]]]
+type GoalCheck = Callable[[Mapping[str, Any], Any], Sequence[str]]
+
+# The planning state's fact "this installation has no LLM provider": the app sets it (the core
+# and the packs never ask Django), a pack's methods read it (`has_llm_provider`) to give the
+# work of an `llm` agent to a person or a tool. A dotted name is never a case input's. Only an
+# installation without a provider carries it, so the state an LLM planner is shown is unchanged.
+NO_LLM_PROVIDER = "installation.no_llm_provider"
+
+
+def planning_state(state: Mapping[str, Any], *, has_llm_provider: bool) -> dict[str, Any]:
+    """Return the planning `state` with the installation's facts (whether an LLM can be called)."""
+    facts = dict(state)
+    facts.pop(NO_LLM_PROVIDER, None)
+    if not has_llm_provider:
+        facts[NO_LLM_PROVIDER] = True
+    return facts
+
+
+def has_llm_provider(state: Mapping[str, Any]) -> bool:
+    """Tell whether the installation planning for `state` can call an LLM (yes unless told not)."""
+    return not state.get(NO_LLM_PROVIDER, False)
 
 
 def _no_capabilities(state: StateView) -> tuple[Capability, ...]:
@@ -51,9 +72,10 @@ class DomainPack:
     # The `llm` agent whose model and system prompt (as admins set them) plan this pack's cases
     # with the LLM; without one, or while it is disabled, the environment's model and prompt.
     planner_agent: str = ""
-    # Goal-level verification once every leaf of a case succeeded: the outputs by leaf key →
-    # the problems found (none: the goal is reached).
-    goal_check: Callable[[Mapping[str, Any]], Sequence[str]] | None = None
+    # Goal-level verification once every leaf of a case ended: the outputs by leaf key and the
+    # pack's port (the systems as the last step left them; None without one) → the problems
+    # found (none: the goal is reached).
+    goal_check: GoalCheck | None = None
 
     def initial_state(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Validate case `inputs` against the schema and return the planning state.

@@ -4,7 +4,8 @@ The static methods' rule chooses the goal facts: a light case wants `findings_su
 serious one `account_frozen`, which needs legally reviewed findings drawn from the anomalies,
 the sanctions screening and a customer interview. The three read-only tools take the account
 number directly, so pulling, anomaly detection and screening run side by side; the analyst
-can stand in for the anomaly detector at a higher cost.
+can stand in for the anomaly detector at a higher cost. Where the installation has no LLM
+provider, a person writes the findings and nobody reads in for the detector.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from planning.core.goal import Capability
+from planning.core.pack import has_llm_provider
 from planning.packs.fraud import leaves
 from planning.packs.fraud.methods import is_serious
 
@@ -24,6 +26,17 @@ def capabilities(state: Mapping[str, Any]) -> tuple[Capability, ...]:
     """
     account = state["account_id"]
     evidence = {"transactions", "anomalies", "sanctions_screened", "customer_interviewed"}
+    by_person = not has_llm_provider(state)
+    # Without an LLM the analyst cannot read in for the detector; a person writes the findings.
+    reading = (
+        ()
+        if by_person
+        else (
+            Capability.from_step(
+                leaves.review_anomalies(), inputs={"transactions"}, outputs={"anomalies"}, cost=4.0
+            ),
+        )
+    )
     return (
         Capability.from_step(
             leaves.pull_transactions(account), inputs={"account_id"}, outputs={"transactions"}
@@ -31,9 +44,7 @@ def capabilities(state: Mapping[str, Any]) -> tuple[Capability, ...]:
         Capability.from_step(
             leaves.detect_anomalies(account), inputs={"account_id"}, outputs={"anomalies"}
         ),
-        Capability.from_step(
-            leaves.review_anomalies(), inputs={"transactions"}, outputs={"anomalies"}, cost=4.0
-        ),
+        *reading,
         Capability.from_step(
             leaves.screen_sanctions(account),
             inputs={"account_id"},
@@ -46,12 +57,15 @@ def capabilities(state: Mapping[str, Any]) -> tuple[Capability, ...]:
             cost=5.0,
         ),
         Capability.from_step(
-            leaves.summarise_findings(),
+            leaves.summarise_findings(by_person=by_person),
             inputs={"transactions", "anomalies"},
             outputs={"findings_summarised"},
         ),
         Capability.from_step(
-            leaves.draft_findings(), inputs=evidence, outputs={"findings_drafted"}, cost=2.0
+            leaves.draft_findings(by_person=by_person),
+            inputs=evidence,
+            outputs={"findings_drafted"},
+            cost=2.0,
         ),
         Capability.from_step(
             leaves.legal_review(),

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from planning.core.static import Step
 
+# Who writes up the findings where no LLM provider is configured: the investigator, a person
+# (a work item), instead of the `llm` agent fraud-analyst, whose step could not run.
+WRITER_WITHOUT_LLM = "investigator"
+WITHOUT_LLM = "no LLM provider is configured here, so a person writes the findings"
+
 
 def pull_transactions(account_id: str) -> Step:
     """Return the leaf that summarises the account's transactions."""
@@ -69,21 +74,24 @@ def interview_customer() -> Step:
     )
 
 
-def summarise_findings() -> Step:
-    """Return the leaf that summarises a light case's findings."""
+def summarise_findings(*, by_person: bool = False) -> Step:
+    """Return the leaf that summarises a light case's findings (by a person: `by_person`)."""
     return Step(
         key="summarise-findings",
-        agent="fraud-analyst",
+        agent=WRITER_WITHOUT_LLM if by_person else "fraud-analyst",
         task="Summarise the findings for the case file",
+        rationale=WITHOUT_LLM if by_person else "",
     )
 
 
-def draft_findings() -> Step:
-    """Return the leaf that drafts a serious case's findings from all the evidence."""
+def draft_findings(*, by_person: bool = False) -> Step:
+    """Return the leaf that drafts a serious case's findings from all the evidence (by a person:
+    `by_person`)."""
     return Step(
         key="draft-findings",
-        agent="fraud-analyst",
+        agent=WRITER_WITHOUT_LLM if by_person else "fraud-analyst",
         task="Draft the findings from the anomalies, sanctions hits and interview",
+        rationale=WITHOUT_LLM if by_person else "",
     )
 
 

@@ -2,7 +2,9 @@
 
 Guards choose from the case inputs: a full investigation (financial-records analysis as its
 own subtask, sanctions screening, customer interview, report with legal review and an
-account freeze) for large amounts or repeat flags, otherwise a light one.
+account freeze) for large amounts or repeat flags, otherwise a light one. Where the installation
+has no LLM provider (the state says so: `has_llm_provider`), the methods tried first give the
+write-up to a person instead of the `llm` agent fraud-analyst, whose step could not run.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
+from planning.core.pack import has_llm_provider
 from planning.core.static import Item, Method, MethodLibrary, TaskRef
 from planning.packs.fraud import leaves
 
@@ -26,6 +29,11 @@ def is_serious(state: Mapping[str, Any]) -> bool:
         Decimal(str(state.get("amount", "0"))) >= FULL_INVESTIGATION_AMOUNT
         or int(state.get("prior_flags", 0)) >= FULL_INVESTIGATION_PRIOR_FLAGS
     )
+
+
+def is_without_llm(state: Mapping[str, Any]) -> bool:
+    """Tell whether the installation planning `state` has no LLM provider to run an llm agent."""
+    return not has_llm_provider(state)
 
 
 def _full(state: Mapping[str, Any]) -> Sequence[Item]:
@@ -71,9 +79,17 @@ def _analyse(state: Mapping[str, Any]) -> Sequence[Item]:
 
 
 def _report(state: Mapping[str, Any]) -> Sequence[Item]:
+    return _report_drafted(by_person=False)
+
+
+def _report_by_person(state: Mapping[str, Any]) -> Sequence[Item]:
+    return _report_drafted(by_person=True)
+
+
+def _report_drafted(*, by_person: bool) -> Sequence[Item]:
     return [
         replace(
-            leaves.draft_findings(),
+            leaves.draft_findings(by_person=by_person),
             reads=frozenset({"anomalies_known", "sanctions_known", "customer_interviewed"}),
             effects={"draft_ready": True},
         ),
@@ -86,12 +102,20 @@ def _report(state: Mapping[str, Any]) -> Sequence[Item]:
 
 
 def _light(state: Mapping[str, Any]) -> Sequence[Item]:
+    return _light_summarised(state, by_person=False)
+
+
+def _light_by_person(state: Mapping[str, Any]) -> Sequence[Item]:
+    return _light_summarised(state, by_person=True)
+
+
+def _light_summarised(state: Mapping[str, Any], *, by_person: bool) -> Sequence[Item]:
     account = state["account_id"]
     return [
         replace(leaves.pull_transactions(account), effects={"transactions_pulled": True}),
         replace(leaves.detect_anomalies(account), depends_on=(), effects={"anomalies_known": True}),
         replace(
-            leaves.summarise_findings(),
+            leaves.summarise_findings(by_person=by_person),
             depends_on=("pull-transactions", "detect-anomalies"),
             reads=frozenset({"transactions_pulled", "anomalies_known"}),
         ),
@@ -110,6 +134,16 @@ METHODS = MethodLibrary(
             description="large amounts or repeat flags",
         ),
         Method(
+            name="light-investigation-without-llm",
+            task="investigate-fraud",
+            guard=is_without_llm,
+            decompose=_light_by_person,
+            cost=1.0,
+            duration_s=3600.0,
+            description="small, first-time cases where no LLM provider is configured: a person "
+            "summarises the findings",
+        ),
+        Method(
             name="light-investigation",
             task="investigate-fraud",
             decompose=_light,
@@ -118,6 +152,13 @@ METHODS = MethodLibrary(
             description="small, first-time cases",
         ),
         Method(name="analyse-records", task="analyse-financial-records", decompose=_analyse),
+        Method(
+            name="report-by-person-with-legal-review",
+            task="prepare-report",
+            guard=is_without_llm,
+            decompose=_report_by_person,
+            description="no LLM provider is configured: a person drafts the findings",
+        ),
         Method(name="report-with-legal-review", task="prepare-report", decompose=_report),
     ]
 )
