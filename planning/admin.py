@@ -10,10 +10,11 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.auth.models import Group
 from django.db.models import Model
 from django.http import HttpRequest, HttpResponse
 
-from accounts.roles import NoRoleAllows
+from accounts.roles import ANALYST, NoRoleAllows
 from audit.chain import append_event
 from planning.models import Agent, DomainPack, Tool
 
@@ -28,6 +29,11 @@ AGENT_FIELDS = (
     "system_prompt",
     "enabled",
 )
+
+
+# A human agent's work-item group is stored as its capability `group:<name>`
+# (execution.runners.human reads it); the form shows it as a field of its own.
+GROUP_CAPABILITY = "group:"
 
 
 # Where tools and packs come from, for an admin who tries to add one here.
@@ -57,6 +63,10 @@ def _stored(model: type[Model], obj: Model) -> Model | None:
     return model._default_manager.filter(pk=obj.pk).first()
 
 
+def _is_group(capability: Any) -> bool:
+    return isinstance(capability, str) and capability.startswith(GROUP_CAPABILITY)
+
+
 def _string_list(value: Any, what: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
         raise forms.ValidationError(f'Enter a JSON list of {what}, like ["erp.read"].')
@@ -64,12 +74,43 @@ def _string_list(value: Any, what: str) -> list[str]:
 
 
 class AgentForm(forms.ModelForm):
+    work_item_group = forms.ModelChoiceField(
+        queryset=Group.objects.order_by("name"),
+        to_field_name="name",
+        required=False,
+        label="Work-item group",
+        empty_label=f"{ANALYST} (the default)",
+        help_text="Human agents only: the user group whose members do the agent's work items.",
+    )
+
     class Meta:
         model = Agent
         fields = ("slug", *AGENT_FIELDS)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        groups = [c for c in self.instance.capabilities or [] if _is_group(c)]
+        if groups and not self.is_bound:
+            self.initial["work_item_group"] = groups[0].removeprefix(GROUP_CAPABILITY)
+            # The group has its own field: the capability list shows the others.
+            self.initial["capabilities"] = [
+                c for c in self.instance.capabilities if not _is_group(c)
+            ]
+
     def clean_capabilities(self) -> list[str]:
-        return _string_list(self.cleaned_data.get("capabilities"), "capability names")
+        names = _string_list(self.cleaned_data.get("capabilities"), "capability names")
+        return [name for name in names if not _is_group(name)]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        group = cleaned.get("work_item_group")
+        if group is None or "capabilities" not in cleaned:
+            return cleaned
+        if cleaned.get("kind") != Agent.Kind.HUMAN:
+            self.add_error("work_item_group", "Only a human agent has a work-item group.")
+        else:
+            cleaned["capabilities"] = [*cleaned["capabilities"], GROUP_CAPABILITY + group.name]
+        return cleaned
 
     def clean_tools(self) -> list[str]:
         names = _string_list(self.cleaned_data.get("tools"), "tool names")
@@ -90,6 +131,7 @@ class AgentAdmin(admin.ModelAdmin):
         (None, {"fields": ("slug", "name", "description", "kind", "enabled")}),
         ("Capabilities and tools", {"fields": ("capabilities", "tools", "trust")}),
         ("LLM agents", {"fields": ("model", "system_prompt")}),
+        ("Human agents", {"fields": ("work_item_group",)}),
     )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> Any:

@@ -8,7 +8,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from accounts import roles
 from audit.models import AuditEvent
+from execution.runners.human import human_group
 from planning.catalogue import sync_packs
 from planning.models import Agent, DomainPack, Tool
 from tests import personas
@@ -74,6 +76,37 @@ def test_agent_tools_must_be_registered_tools(admin_client_: Client) -> None:
     assert "Unknown tools: rm_rf." in response.content.decode()
     agent.refresh_from_db()
     assert agent.tools == ["get_supplier", "check_purchase_order"]
+    assert events("config.agent.changed") == []
+
+
+def test_a_human_agents_work_item_group_is_chosen_in_the_admin(admin_client_: Client) -> None:
+    roles.sync_roles()
+    agent = Agent.objects.get(slug="incident-commander")
+    assert human_group(agent) == roles.ANALYST
+    url = reverse("admin:planning_agent_change", args=[agent.pk])
+    form = agent_form(agent, capabilities='["incident.command"]', tools="[]")
+    response = admin_client_.post(url, {**form, "work_item_group": roles.OFFICER})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    agent.refresh_from_db()
+    assert human_group(agent) == roles.OFFICER
+    (event,) = events("config.agent.changed")
+    assert event.data["changes"]["capabilities"]["after"] == [
+        "incident.command",
+        f"group:{roles.OFFICER}",
+    ]
+    # The page shows the group chosen, and not again among the capabilities.
+    page = admin_client_.get(url).content.decode()
+    assert f'<option value="{roles.OFFICER}" selected>' in page
+    assert f"group:{roles.OFFICER}" not in page
+
+
+def test_only_a_human_agent_has_a_work_item_group(admin_client_: Client) -> None:
+    roles.sync_roles()
+    agent = Agent.objects.get(slug="erp-connector")
+    url = reverse("admin:planning_agent_change", args=[agent.pk])
+    response = admin_client_.post(url, {**agent_form(agent), "work_item_group": roles.AUDITOR})
+    assert response.status_code == 200
+    assert "Only a human agent has a work-item group." in response.content.decode()
     assert events("config.agent.changed") == []
 
 
