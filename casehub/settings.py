@@ -394,6 +394,9 @@ LOGGING = {
 # Oversight -----------------------------------------------------------------------------------
 # Called with each plan version just stored, in its transaction: the version's gates open there.
 CASEHUB_PLAN_VERSION_HOOKS = ["oversight.actions.opening.open_gates"]
+# Called with each case whose planning just failed (plan_failed), in its transaction: its
+# submitter is notified there.
+CASEHUB_PLAN_FAILED_HOOKS = ["oversight.notify.case_plan_failed"]
 # Called with each gate just decided and its decision, in the deciding transaction: execution
 # starts, resumes or fails steps there.
 CASEHUB_GATE_DECIDED_HOOKS = ["execution.decisions.on_gate_decided"]

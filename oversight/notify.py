@@ -1,5 +1,5 @@
 """Notifications: an in-app notice per user and an e-mail, when a gate or a work item opens, is due
-or escalates, and when a submitter's case is decided or ends.
+or escalates, and when a submitter's case could not be planned, is decided or ends.
 
 The notices are rows written in the caller's transaction; the e-mails go once it commits (a mail
 server that is down loses no notice and undoes nothing: the error is logged).
@@ -171,9 +171,30 @@ def case_finished(case: Case) -> None:
     )
 
 
+def case_plan_failed(case: Case) -> None:
+    """Tell the submitter that their case could not be planned (a `CASEHUB_PLAN_FAILED_HOOKS`
+    entry, called in the failing transaction)."""
+    submitter = User.objects.filter(pk=case.submitter_id, is_active=True).first()
+    if submitter is None:
+        return
+    notify_users(
+        [submitter],
+        kind="case.plan_failed",
+        message=(
+            f"Your case #{case.pk} “{case.title}” could not be planned. "
+            "Its page says why, and offers to edit and resubmit it."
+        ),
+        url=_case_url(case),
+        case=case,
+        gate=None,
+        subject=f"[CaseHub] Case #{case.pk} could not be planned",
+    )
+
+
 __all__ = [
     "case_decided",
     "case_finished",
+    "case_plan_failed",
     "gate_escalated",
     "gate_reminder",
     "gates_opened",

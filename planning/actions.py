@@ -419,6 +419,7 @@ def _mark_plan_failed(case: Case, reason: str, **data: int) -> None:
         audit.add(
             NewEvent("planning.plan.failed", None, {"case": case.pk, "reason": reason, **data})
         )
+    run_plan_failed_hooks(case)
 
 
 @transaction.atomic
@@ -478,6 +479,17 @@ def run_version_hooks(version: PlanVersion) -> None:
     """
     for path in settings.CASEHUB_PLAN_VERSION_HOOKS:
         import_string(path)(version)
+
+
+def run_plan_failed_hooks(case: Case) -> None:
+    """Call each of `CASEHUB_PLAN_FAILED_HOOKS` on a case whose planning just failed, in its
+    transaction.
+
+    This is how the submitter hears of it (oversight's notification) while planning never
+    imports oversight.
+    """
+    for path in settings.CASEHUB_PLAN_FAILED_HOOKS:
+        import_string(path)(case)
 
 
 # Recovering lost planning --------------------------------------------------------------------

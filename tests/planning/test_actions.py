@@ -5,10 +5,12 @@ from typing import Any
 import pytest
 from django.core.exceptions import PermissionDenied
 from django.test import override_settings
+from django.urls import reverse
 
 from audit.chain import case_chain, verify_chain
 from audit.models import AuditEvent
 from observability.metrics import EventCount
+from oversight.models import Notification
 from planning.actions import CaseInvalid, Outcome, materialise_plan, submit_case
 from planning.models import (
     Case,
@@ -271,6 +273,18 @@ def test_a_failing_llm_leaves_plan_failed_and_no_plan_rows(fake_openai: FakeOpen
     assert not PlanNode.objects.exists()
     assert LlmCall.objects.filter(case=case).exclude(error="").count() >= 1
     assert _actions(case)[-1] == "planning.plan.failed"
+
+
+def test_the_analyst_is_notified_when_planning_fails(fake_openai: FakeOpenAIServer) -> None:
+    fake_openai.responder = lambda request: FakeReply(status=500, should_retry=False)
+    analyst = personas.analyst()
+    with _llm(fake_openai):
+        case = _submit(analyst, domain="", inputs={}, strategy="llm", goal="investigate")
+        assert materialise_plan(case.pk).outcome == Outcome.FAILED
+    (notice,) = Notification.objects.filter(case=case)
+    assert (notice.user, notice.kind) == (analyst, "case.plan_failed")
+    assert notice.message.startswith(f"Your case #{case.pk} “Verify INV-1042” could not be")
+    assert notice.url == reverse("planning:case-detail", args=[case.pk])
 
 
 @pytest.mark.scenario("L5")

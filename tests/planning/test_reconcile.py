@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from audit.chain import case_chain, verify_chain
 from audit.models import AuditEvent
+from oversight.models import Notification
 from planning import dispatch
 from planning.actions import Outcome, materialise_plan, reconcile_planning, submit_case
 from planning.models import Case, CaseStatus, PlanVersion
@@ -111,6 +112,7 @@ def test_a_case_that_keeps_losing_its_worker_fails_with_a_clear_reason(
     assert "3 attempts" in case.error
     assert sent == []
     assert _actions(case)[-1] == "planning.plan.failed"
+    assert Notification.objects.filter(case=case, kind="case.plan_failed").count() == 1
 
 
 def test_a_planned_case_is_never_reconciled(sent: list[tuple[str, int]]) -> None:
