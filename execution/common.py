@@ -50,6 +50,9 @@ class ErrorClass:
     TIMEOUT = "timeout"
     POISON = "poison"
     OUTPUT_INVALID = "output_invalid"
+    # The installation cannot run the step as configured (an llm agent without a provider): not
+    # the agent's failure, and not retried (it fails the same until an operator changes it).
+    CONFIGURATION = "configuration"
 
     ALL = (
         TRANSIENT,
@@ -59,6 +62,7 @@ class ErrorClass:
         TIMEOUT,
         POISON,
         OUTPUT_INVALID,
+        CONFIGURATION,
     )
 
 

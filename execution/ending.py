@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from audit.chain import Along, NewEvent, append_event, case_chain
 from audit.transitions import Audit, audited
-from execution import dispatch, rows
+from execution import dispatch, rows, trust
 from execution.cases import end_case, fail_and_block, finish_if_done
 from execution.claiming import NewAttempt, claim_data, mark_ready, release_ready, take_leaf
 from execution.common import (
@@ -455,7 +455,10 @@ def apply_failure(
     chain = case_chain(case.pk)
     error = error[:4000]
     end_attempt(node, attempt, LeafAttempt.Outcome.FAILED, error_class=error_class, error=error)
-    record_outcome(node.agent, "failed", now=now)
+    # Only the agent's own failures lower its trust; the trail says which kind this was.
+    kind = trust.failure_kind(error_class)
+    if kind == "agent":
+        record_outcome(node.agent, "failed", now=now)
     policy = node.failure_policy or "abort"
     append_event(
         "execution.leaf.attempt_failed",
@@ -467,6 +470,8 @@ def apply_failure(
             "error_class": error_class,
             "error": error,
             "failure_policy": policy,
+            "failure_kind": kind,
+            "trust_lowered": kind == "agent",
         },
     )
     if case.status not in RUNNING_CASE_STATUSES:

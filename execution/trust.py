@@ -2,7 +2,8 @@
 
 An agent's trust for one capability is the mean of a Beta distribution: the configured trust of
 the agent is the prior mean, worth `PRIOR_WEIGHT` observations; each outcome adds one success or
-one failure (a reviewer's rejection or edit of the output counts as a failure); older outcomes
+one failure (a reviewer's rejection or edit of the output counts as a failure; a failure that is
+the installation's or a passing outage's, `failure_kind`, counts as nothing); older outcomes
 count less, halving every `half_life_s`. Routing picks the best trust-and-load candidate among the
 agents able to do a leaf, and asks for a person when only borderline candidates remain.
 """
@@ -14,8 +15,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 type Outcome = Literal["succeeded", "failed", "rejected", "edited"]
+type FailureKind = Literal["configuration", "transient", "agent"]
 
 OUTCOMES: tuple[Outcome, ...] = ("succeeded", "failed", "rejected", "edited")
+# Failures that say nothing about the agent, by error class: the installation is misconfigured
+# (an `llm` agent with no provider) or a service stayed unreachable (the provider down after the
+# client's retries, a lost database connection). They leave its trust where it was.
+NOT_THE_AGENTS: dict[str, FailureKind] = {
+    "configuration": "configuration",
+    "transient": "transient",
+}
 PRIOR_WEIGHT = 10.0
 HALF_LIFE_S = 30 * 24 * 3600.0
 # How much trust one unit of load (a leaf the agent is running now) costs a candidate.
@@ -51,6 +60,12 @@ class Evidence:
 # Outcomes are stored as weights that grow with time (`weight`): an older outcome then counts
 # less than a newer one without rewriting the stored sums, and adding one is a plain increment.
 EPOCH_S = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+
+
+def failure_kind(error_class: str) -> FailureKind:
+    """Return whose failure an attempt's `error_class` is: the installation's ("configuration"),
+    a passing outage's ("transient") or the agent's; only the agent's lowers its trust."""
+    return NOT_THE_AGENTS.get(error_class, "agent")
 
 
 def weight(at_s: float, half_life_s: float = HALF_LIFE_S) -> float:

@@ -121,9 +121,10 @@ def run_llm_leaf(
 ) -> dict[str, Any]:
     """Run a leaf with the agent's model and its allowed tools; return the model's JSON answer.
 
-    Raises LeafError: policy_denial when no provider is configured or the model calls a tool
-    outside the allow-list, transient when the provider stays unreachable after the client's
-    retries (timeouts, resets, 429, 5xx), tool_failure for a request the provider refuses or
+    Raises LeafError: configuration when no provider is configured (or its settings are out of
+    range), policy_denial when the model calls a tool outside the allow-list or a budget refuses
+    the call, transient when the provider stays unreachable after the client's retries
+    (timeouts, resets, 429, 5xx), tool_failure for a request the provider refuses or
     rounds exhausted, output_invalid for an answer that does not fit, invalid_input for inputs
     whose references do not resolve; and what the tools raise. Raises LeafStopped at a safe point.
     """
@@ -131,7 +132,8 @@ def run_llm_leaf(
         chosen = llm_settings(agent.model)
         chosen.require_configured(f"Running the llm agent {agent.slug}")
     except (PlanningUnavailable, LlmNotConfigured) as exc:
-        raise LeafError(ErrorClass.POLICY_DENIAL, str(exc)) from exc
+        # The installation's failure, not the agent's: its trust stays where it was.
+        raise LeafError(ErrorClass.CONFIGURATION, str(exc)) from exc
     case = Case.objects.get(pk=claim.case_id)
     try:
         inputs = resolve_inputs(node.inputs if isinstance(node.inputs, dict) else {}, outputs)

@@ -61,8 +61,8 @@ class NodeOut(Schema):
     error: str | None = Field(None, description="Why its latest attempt failed.")
     error_class: str | None = Field(
         None,
-        description="transient, invalid_input, tool_failure, policy_denial, timeout, poison or "
-        "output_invalid.",
+        description="transient, invalid_input, tool_failure, policy_denial, timeout, poison, "
+        "output_invalid or configuration (the installation cannot run it as configured).",
     )
     finished_after_cancel: bool = Field(
         False, description="Its effect happened before the case's cancel stopped it."

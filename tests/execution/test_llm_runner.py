@@ -488,7 +488,11 @@ def test_cancelling_between_rounds_stops_the_leaf_and_commits_no_result(
     assert stopped.data["node"] == "review" and "cancelled" in stopped.data["why"]
 
 
-def test_without_a_provider_the_leaf_fails_as_a_policy_denial_saying_what_to_set(
+def analyst_trust() -> float:
+    return execution.effective_trust(Agent.objects.get(slug="notes-analyst"), ["notes.review"])
+
+
+def test_without_a_provider_the_leaf_fails_as_configuration_saying_what_to_set_trust_unmoved(
     notes_pack: FakeOpenAIServer, analyst: Any, officer: Any, settings: Any
 ) -> None:
     case = approved_case(analyst, officer)
@@ -496,9 +500,41 @@ def test_without_a_provider_the_leaf_fails_as_a_policy_denial_saying_what_to_set
     settings.OPENAI_API_KEY = ""
     run_ready(case)
     node = review(case)
-    assert (node.status, node.error_class) == (NodeStatus.FAILED, "policy_denial")
+    assert (node.status, node.error_class) == (NodeStatus.FAILED, "configuration")
     assert "needs an LLM provider" in node.error and "OPENAI_BASE_URL" in node.error
     assert notes_pack.requests == []
+    # The installation's failure, not the agent's: its trust is its prior still, and the trail
+    # says why it did not move.
+    assert analyst_trust() == 0.9
+    (failed,) = actions(case, "execution.leaf.attempt_failed")
+    assert failed.data["failure_kind"] == "configuration"
+    assert failed.data["trust_lowered"] is False
+
+
+def test_a_provider_down_past_the_retries_leaves_the_agents_trust_where_it_was(
+    notes_pack: FakeOpenAIServer, analyst: Any, officer: Any, settings: Any
+) -> None:
+    settings.CASEHUB_LLM_MAX_RETRIES = 1
+    notes_pack.responder = lambda request: FakeReply(status=502, retry_after_s=0.01)
+    case = approved_case(analyst, officer)
+    run_ready(case)
+    node = review(case)
+    assert (node.status, node.error_class) == (NodeStatus.FAILED, "transient")
+    assert analyst_trust() == 0.9
+    (failed,) = actions(case, "execution.leaf.attempt_failed")
+    assert (failed.data["failure_kind"], failed.data["trust_lowered"]) == ("transient", False)
+
+
+def test_an_answer_of_the_agents_own_that_does_not_fit_lowers_its_trust(
+    notes_pack: FakeOpenAIServer, analyst: Any, officer: Any
+) -> None:
+    notes_pack.enqueue('{"summary": "fine"}')
+    case = approved_case(analyst, officer, expected_output="Findings")
+    run_ready(case)
+    assert review(case).error_class == "output_invalid"
+    assert analyst_trust() < 0.9
+    (failed,) = actions(case, "execution.leaf.attempt_failed")
+    assert (failed.data["failure_kind"], failed.data["trust_lowered"]) == ("agent", True)
 
 
 def test_the_soft_time_limit_ends_a_call_in_flight_as_a_timeout_not_as_a_lost_connection(
