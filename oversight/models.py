@@ -288,8 +288,9 @@ class GateDecision(models.Model):
     version_number = models.PositiveIntegerField()
     content_hash = models.CharField(max_length=64)
     time = models.DateTimeField()
-    signature_meaning = models.CharField(
-        max_length=200, blank=True, help_text="Set when the decision was an electronic signature."
+    # Text, not a short field: a step's meaning names the outputs it acts on.
+    signature_meaning = models.TextField(
+        blank=True, help_text="Set when the decision was an electronic signature."
     )
     signature_hash = models.CharField(max_length=64, blank=True)
 

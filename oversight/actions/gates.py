@@ -37,6 +37,7 @@ from oversight.models import (
     ReasonCode,
 )
 from oversight.transitions import move_gate
+from oversight.upstream import acted_on, referenced_steps
 from planning.models import (
     Case,
     CaseStatus,
@@ -97,6 +98,9 @@ class DecisionInput:
     reauthenticated_at: datetime | None = None
     version: int | None = None
     content_hash: str | None = None
+    # For a signature: the meaning the page showed. What the step acts on may have changed since
+    # (a step upstream ran): the signature then waits for the officer to read it again.
+    meaning: str | None = None
 
 
 def full_name(user: User) -> str:
@@ -168,15 +172,27 @@ def _deny(user: User, gate: Gate, action: str, why: str) -> None:
         )
 
 
-def signature_meaning(gate: Gate) -> str:
-    """Return what an approval of this gate means, in words, as the signature records it."""
+def signature_meaning(gate: Gate, by_key: Mapping[str, PlanNode] | None = None) -> str:
+    """Return what an approval of this gate means, in words, as the signature records it.
+
+    A step that takes other steps' outputs names them as they are now: the output once its step
+    ran, "not run yet" before (`by_key`: the version's leaves by key, else read here).
+    """
     if gate.node is None:
         return f"approval of plan version {gate.version.number} of case #{gate.case_id}"
     tool = f" ({gate.node.tool})" if gate.node.tool else ""
-    return (
+    meaning = (
         f"approval of step {gate.node.key}{tool} in plan version {gate.version.number} "
         f"of case #{gate.case_id}"
     )
+    keys = referenced_steps([gate.node])
+    if not keys:
+        return meaning
+    if by_key is None:
+        by_key = {
+            n.key: n for n in PlanNode.objects.filter(version_id=gate.version_id, key__in=keys)
+        }
+    return f"{meaning}, acting on {acted_on(gate.node, by_key)}"
 
 
 def _check_signature(user: User, gate: Gate, decision: DecisionInput) -> None:
@@ -283,6 +299,13 @@ def _conflict(gate: Gate, user: User, decision: DecisionInput) -> str | None:
         return "what was shown is not what the gate approves: reload and decide again"
     if gate.node is not None and gate.node.content_hash != gate.content_hash:
         return "the step changed after the gate opened"
+    if (
+        decision.meaning is not None
+        and decision.decision == GateDecision.Decision.APPROVE
+        and gate.needs_signature
+        and " ".join(decision.meaning.split()) != " ".join(signature_meaning(gate).split())
+    ):
+        return "what the step acts on changed after the page was shown: read it again and sign"
     if GateDecision.objects.filter(gate=gate, decider=user).exists():
         return "you have already decided this gate"
     return _replan_conflict(gate)

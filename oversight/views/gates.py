@@ -41,6 +41,7 @@ from oversight.models import (
 )
 from oversight.policy import RISK_CLASSES
 from oversight.queries import inbox_for, visible_gate
+from oversight.upstream import shown_input, step_output
 from planning.catalogue import registered_packs
 from planning.core.diff import PlanDiff, diff_plans
 from planning.core.refs import REF_KEY, is_ref
@@ -60,7 +61,6 @@ SORTS: dict[str, tuple[str, ...]] = {
 # listed on every gate page).
 RISK_ORDER = RISK_CLASSES
 CONSEQUENTIAL = frozenset(RISK_ORDER[1:])
-NO_OUTPUT = "no outputs yet — this step has not run"
 
 
 # The inbox ---------------------------------------------------------------------------------
@@ -216,20 +216,6 @@ def _node_url(case_id: int) -> Callable[[PlanNode], str]:
     return lambda node: f"{head}{node.pk}{tail}"
 
 
-def _pretty(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
-def _shown_input(value: Any) -> str:
-    """Return an input value in words: a reference names the step whose output it will be."""
-    if is_ref(value):
-        field = f" ({value['field']})" if value.get("field") else ""
-        return f"the output of {value[REF_KEY]}{field}, once it has run"
-    return _pretty(value)
-
-
 def _subjects(node: PlanNode, by_key: Mapping[str, PlanNode], limit: int = 3) -> list[str]:
     """Return the literal values a step acts on, following its references upstream.
 
@@ -304,7 +290,7 @@ def _consequences(
                 action=leaf.tool or f"{leaf.agent or 'a person'}: {leaf.task}",
                 subjects=_subjects(leaf, by_key),
                 risk=risk,
-                inputs=[(str(name), _shown_input(value)) for name, value in inputs.items()],
+                inputs=[(str(name), shown_input(value, by_key)) for name, value in inputs.items()],
                 is_this_gate=gated is not None and leaf.pk == gated.pk,
             )
         )
@@ -357,7 +343,8 @@ def _gate_context(
     )
     for sibling in siblings:
         sibling.url = url_for(sibling)  # type: ignore[attr-defined]
-    upstream = [(key, by_key.get(key)) for key in node.depends_on] if node is not None else []
+    # What the step acts on, as it is now: each upstream output once its step ran.
+    upstream = [step_output(key, by_key.get(key)) for key in node.depends_on] if node else []
     inputs = node.inputs if node is not None and isinstance(node.inputs, dict) else {}
     why_not = can_decide(request.user, gate)  # type: ignore[arg-type]
     is_current = case.current_version_id == gate.version_id
@@ -375,10 +362,11 @@ def _gate_context(
         "node_url": url_for(node) if node is not None else "",
         "parent": parent,
         "siblings": siblings,
-        "inputs": [(str(k), _shown_input(v)) for k, v in inputs.items()],
+        "inputs": [(str(k), shown_input(v, by_key)) for k, v in inputs.items()],
         "inputs_json": json.dumps(inputs, indent=2, ensure_ascii=False, sort_keys=True),
         "upstream": upstream,
-        "no_output": NO_OUTPUT,
+        "output": step_output(node.key, node) if node is not None else None,
+        "ran_count": sum(1 for leaf in leaves if leaf.attempts or leaf.output is not None),
         "provenance": node.provenance if node is not None else {},
         "dot": plan_dot(nodes, url_for=url_for, highlight=node.key if node else None)
         if nodes
@@ -388,7 +376,7 @@ def _gate_context(
             {
                 "node": leaf,
                 "risk": _risk_of(leaf, tool_risks),
-                "inputs": [(str(k), _shown_input(v)) for k, v in _inputs_of(leaf).items()],
+                "inputs": [(str(k), shown_input(v, by_key)) for k, v in _inputs_of(leaf).items()],
             }
             for leaf in (leaves if node is None else [])
         ],
@@ -404,7 +392,7 @@ def _gate_context(
         "is_current": is_current,
         "may_decide": may_decide,
         "why_not": why_not if gate.is_open and is_current else "",
-        "meaning": signature_meaning(gate) if gate.needs_signature else "",
+        "meaning": signature_meaning(gate, by_key) if gate.needs_signature else "",
         **(_signing_at_provider(request, gate) if gate.needs_signature and may_decide else {}),
         "reject_codes": _reject_codes(),
         "errors": dict(errors or {}),
@@ -495,6 +483,7 @@ def gate_decide(request: HtmxHttpRequest, gate_id: int) -> HttpResponse:
         password=password if password else None,
         version=_int_or_none(request.POST.get("version", "")),
         content_hash=request.POST.get("content_hash", "").strip() or None,
+        meaning=request.POST.get("meaning"),
     )
     try:
         decided = decide_gate(gate_id=gate.pk, user=user, decision=data)

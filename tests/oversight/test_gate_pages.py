@@ -20,6 +20,7 @@ from oversight.models import Gate, GateDecision, GateKind, GateRisk, GateStatus,
 from planning.models import Case, CaseStatus, NodeStatus, PlanNode, PlanVersion
 from tests import personas
 from tests.cases import planned_invoice_case
+from tests.execution.test_execution import run_ready
 from tests.planning.factories import make_case, make_plan
 
 pytestmark = pytest.mark.django_db
@@ -318,10 +319,11 @@ def test_the_gate_page_says_why_it_is_gated_and_what_the_plan_would_do(
     assert "the output of audit-report, once it has run" in effects
     # The read-only checks are not consequences.
     assert "check_totals" not in effects
-    # The step's detail: parent goal, siblings, rationale, provenance, no outputs yet.
+    # The step's detail: parent goal, siblings, rationale, provenance; the report not run yet.
     detail = page.split('id="step-detail"', 1)[1].split("</details>", 1)[0]
     assert "the payment clerk acts on the report" in detail
-    assert "no outputs yet — this step has not run" in detail
+    report = detail.split('data-upstream="audit-report"', 1)[1].split("</div>", 1)[0]
+    assert 'data-ran="false"' in report and "not run yet" in report
     assert "audit-report" in detail and "static" in detail
     # The DAG highlights the gated node.
     dot = response.context["dot"]
@@ -433,6 +435,111 @@ def test_the_signature_step_asks_for_the_password_and_shows_the_signature(
     assert decision.time.strftime("%Y-%m-%d %H:%M:%S") in signature
     assert "approval of step place-hold (place_payment_hold) in plan version 1" in signature
     assert gate.content_hash in signature
+
+
+GATE_PAGE_QUERIES = 13
+
+
+def _hold_page(client: Client, gate: Gate) -> tuple[str, str]:
+    """Return the hold gate's page and its step detail."""
+    page = client.get(reverse("oversight:gate-detail", args=[gate.pk])).content.decode()
+    return page, page.split('id="step-detail"', 1)[1].split("</details>", 1)[0]
+
+
+def _run_to_the_hold(case: Case, officer: Any) -> None:
+    """Approve the plan and run every step up to the payment hold, as a worker would."""
+    approve(client_for(officer), plan_gate(case))
+    run_ready(case)
+    assert leaves_of(case.current_version)[-2].key == "audit-report"
+
+
+def test_the_hold_gate_shows_the_audit_reports_recommendation_once_it_ran_and_after_signing(
+    analyst: Any, officer: Any, second_officer: Any
+) -> None:
+    case = invoice_case(analyst)
+    gate = hold_gate(case)
+    client = client_for(second_officer)
+    _page, detail = _hold_page(client, gate)
+    assert "<dt>recommendation</dt>" not in detail and "not run yet" in detail
+    _run_to_the_hold(case, officer)
+    report = PlanNode.objects.get(version=case.current_version, key="audit-report")
+    assert report.output["recommendation"] == "hold"
+    page, detail = _hold_page(client, gate)
+    # The step detail: the report as it is, not "has not run".
+    shown = detail.split('data-upstream="audit-report"', 1)[1].split("</dl>", 1)[0]
+    assert 'data-ran="true"' in shown
+    assert "<dt>recommendation</dt><dd>hold</dd>" in shown
+    assert report.output["findings"][0] in shown
+    assert "not run yet" not in shown and "once it has run" not in page
+    # The hold itself has not run: its own output says so.
+    own = detail.split('data-output="place-hold">', 1)[1].split("</dd>", 1)[0]
+    assert "not run yet" in own
+    # The effects list and the signature's meaning name it too.
+    effects = page.split('data-section="plan-effects"', 1)[1].split("</section>", 1)[0]
+    assert "the output of audit-report: invoice id: INV-1042" in effects
+    assert "recommendation: hold" in effects
+    meaning = page.split('class="signature-note small">', 1)[1].split("</p>", 1)[0]
+    assert "acting on the output of audit-report (" in meaning
+    assert "recommendation: hold" in meaning
+    # Signed: the signature records what it acted on, and the page still shows the report.
+    assert approve(client, gate, password=personas.PASSWORD).status_code == 302
+    decision = GateDecision.objects.get(gate=gate)
+    assert "recommendation: hold" in decision.signature_meaning
+    page, detail = _hold_page(client, gate)
+    signature = page.split("data-signature>", 1)[1].split("</dl>", 1)[0]
+    assert "recommendation: hold" in signature
+    assert "<dt>recommendation</dt><dd>hold</dd>" in detail
+
+
+def test_a_signature_meaning_shown_before_the_report_ran_is_not_signed_after_it_ran(
+    analyst: Any, officer: Any, second_officer: Any
+) -> None:
+    case = invoice_case(analyst)
+    gate = hold_gate(case)
+    client = client_for(second_officer)
+    page, _detail = _hold_page(client, gate)
+    shown = page.split('name="meaning" value="', 1)[1].split('"', 1)[0]
+    assert "the output of audit-report, not run yet" in shown
+    _run_to_the_hold(case, officer)
+    response = approve(client, gate, password=personas.PASSWORD, meaning=shown)
+    assert response.status_code == 409
+    assert "what the step acts on changed after the page was shown" in response.content.decode()
+    assert not GateDecision.objects.filter(gate=gate).exists()
+    # The page it answers with shows the report: signing what it shows is accepted.
+    fresh = response.content.decode().split('name="meaning" value="', 1)[1].split('"', 1)[0]
+    assert "recommendation: hold" in fresh
+    assert approve(client, gate, password=personas.PASSWORD, meaning=fresh).status_code == 302
+
+
+def test_an_upstream_output_is_escaped_on_the_gate_page(
+    analyst: Any, officer: Any, second_officer: Any
+) -> None:
+    case = invoice_case(analyst)
+    _run_to_the_hold(case, officer)
+    hostile = '<script>alert("x")</script>'
+    PlanNode.objects.filter(version=case.current_version, key="audit-report").update(
+        output={"invoice_id": "INV-1042", "findings": [hostile], "recommendation": hostile}
+    )
+    page, _detail = _hold_page(client_for(second_officer), hold_gate(case))
+    assert hostile not in page
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
+
+
+def test_the_gate_page_reads_the_same_number_of_queries_before_and_after_steps_ran(
+    analyst: Any, officer: Any, second_officer: Any, django_assert_num_queries: Any
+) -> None:
+    case = invoice_case(analyst)
+    gate = hold_gate(case)
+    client = client_for(second_officer)
+    url = reverse("oversight:gate-detail", args=[gate.pk])
+    client.get(url)  # warm the session
+    # The version's nodes are read once, with their outputs: showing them costs no query.
+    with django_assert_num_queries(GATE_PAGE_QUERIES):
+        assert "not run yet" in client.get(url).content.decode()
+    _run_to_the_hold(case, officer)
+    client.get(url)
+    with django_assert_num_queries(GATE_PAGE_QUERIES):
+        assert "recommendation: hold" in client.get(url).content.decode()
 
 
 @pytest.mark.scenario("W4")
