@@ -16,10 +16,12 @@ password is checked, with 429, Retry-After and a message that says when to try a
   failures within CASEHUB_LOGIN_USERNAME_WINDOW_SECONDS slow it to that rate; it never locks.
 
 A row counts while its latest failure is inside the window, with all its failures (as axes
-counts), so a client that keeps failing waits longer, never shorter. The address and username
-limits spare a username at an address it signed in from within CASEHUB_LOGIN_KNOWN_ADDRESS_DAYS
-(axes's AccessLog, written here for web and API sign-ins alike): an attacker elsewhere, or a
-sprayer behind the same address, cannot keep the owner out; the pair limit still holds there.
+counts), so a client that keeps failing waits longer, never shorter. The username limit spares an
+address someone signed in from within CASEHUB_LOGIN_KNOWN_ADDRESS_DAYS (axes's AccessLog, written
+here for web and API sign-ins alike), for every username tried there: an attacker elsewhere cannot
+keep an owner out at their usual address, and what an address is answered never depends on
+whether the username exists (a rule keyed on the username's own sign-ins would tell it to anyone
+behind the same address). Every refusal reads the same, whichever limit it is.
 
 ThrottlingHandler (AXES_HANDLER) adds the two limits to axes's; `throttled_response`
 (AXES_LOCKOUT_CALLABLE) answers every refusal, counts it as an access denial (kind
@@ -73,11 +75,8 @@ class Limit(StrEnum):
     USERNAME = "username"
 
 
-MESSAGES = {
-    Limit.PAIR: "Too many failed sign-in attempts for this username from your address.",
-    Limit.ADDRESS: "Too many failed sign-in attempts from your address.",
-    Limit.USERNAME: "Too many failed sign-in attempts for this username.",
-}
+# One message for every limit: which limit refused would tell which counts a username has.
+MESSAGE = "Too many failed sign-in attempts."
 # The AccessAttempt fields each limit counts by.
 KEYS = {
     Limit.PAIR: ("username", "ip_address"),
@@ -155,13 +154,13 @@ def _throttle(
     )
 
 
-def is_known_address(username: str | None, ip_address: str | None, now: datetime) -> bool:
-    """Tell whether the username signed in from the address within the known-address days."""
+def is_known_address(ip_address: str | None, now: datetime) -> bool:
+    """Tell whether anyone signed in from the address within the known-address days."""
     days = settings.CASEHUB_LOGIN_KNOWN_ADDRESS_DAYS
-    if days <= 0 or not username or not ip_address:
+    if days <= 0 or not ip_address:
         return False
     return AccessLog.objects.filter(
-        username=username, ip_address=ip_address, attempt_time__gte=now - timedelta(days=days)
+        ip_address=ip_address, attempt_time__gte=now - timedelta(days=days)
     ).exists()
 
 
@@ -176,12 +175,12 @@ def _attempt(
     return (str(username) if username is not None else None), ip_address, now
 
 
-def _spared_limits(request: HttpRequest, credentials: dict[str, Any] | None) -> list[Throttle]:
+def _shared_limits(request: HttpRequest, credentials: dict[str, Any] | None) -> list[Throttle]:
+    # The address limit, and the username limit unless the address is known: both decided by
+    # counts and the address alone, never by whether the username exists or signed in.
     username, ip_address, now = _attempt(request, credentials)
-    if is_known_address(username, ip_address, now):
-        return []
     found = [_throttle(Limit.ADDRESS, None, ip_address, now)]
-    if username:
+    if username and not is_known_address(ip_address, now):
         found.append(_throttle(Limit.USERNAME, username, None, now))
     return [throttle for throttle in found if throttle is not None]
 
@@ -190,7 +189,7 @@ def throttles_of(request: HttpRequest, credentials: dict[str, Any] | None = None
     """Return every limit this sign-in attempt is over (none: its password may be checked)."""
     username, ip_address, now = _attempt(request, credentials)
     pair = _throttle(Limit.PAIR, username, ip_address, now)
-    return [*([pair] if pair is not None else []), *_spared_limits(request, credentials)]
+    return [*([pair] if pair is not None else []), *_shared_limits(request, credentials)]
 
 
 class ThrottlingHandler(AxesDatabaseHandler):
@@ -198,14 +197,14 @@ class ThrottlingHandler(AxesDatabaseHandler):
 
     axes locks the pair itself (AXES_LOCKOUT_PARAMETERS); this adds the other two limits to its
     check before the password and to the failure that reaches one, and keeps the access log of
-    successful sign-ins that spares known addresses.
+    successful sign-ins that makes an address known.
     """
 
     def is_locked(self, request: HttpRequest, credentials: dict[str, Any] | None = None) -> bool:
         """Tell whether the attempt is refused before its password is checked."""
         if super().is_locked(request, credentials):
             return True
-        return bool(_spared_limits(request, credentials))
+        return bool(_shared_limits(request, credentials))
 
     def user_login_failed(
         self,
@@ -218,7 +217,7 @@ class ThrottlingHandler(AxesDatabaseHandler):
         super().user_login_failed(sender, credentials, request, **kwargs)
         if request is None or getattr(request, "axes_locked_out", False):
             return
-        if _spared_limits(request, credentials):
+        if _shared_limits(request, credentials):
             request.axes_locked_out = True  # type: ignore[attr-defined]
             request.axes_credentials = credentials  # type: ignore[attr-defined]
             user_locked_out.send(
@@ -269,9 +268,9 @@ def _wait_words(seconds: int) -> str:
     return f"{minutes} minute{'s' if minutes != 1 else ''}"
 
 
-def throttled_message(limit: Limit, seconds: int) -> str:
-    """Return what a refused client reads: which limit, and when to try again."""
-    return f"{MESSAGES[limit]} Try again in {_wait_words(seconds)}."
+def throttled_message(seconds: int) -> str:
+    """Return what a refused client reads: when to try again (the same for every limit)."""
+    return f"{MESSAGE} Try again in {_wait_words(seconds)}."
 
 
 def throttled_response(
@@ -293,7 +292,7 @@ def throttled_response(
     throttle = max(found, key=lambda item: item.until, default=None)
     until = throttle.until if throttle is not None else now
     seconds = max(1, math.ceil((until - now).total_seconds()))
-    message = throttled_message(throttle.limit if throttle else Limit.PAIR, seconds)
+    message = throttled_message(seconds)
     record_denial(request, AccessDenial.Kind.THROTTLED, source=client_ip(request))
     # axes sets the failure count only on a counted failure: this one reached the limit.
     if throttle is not None and getattr(request, "axes_failures_since_start", None) is not None:

@@ -469,10 +469,11 @@ CELERY_BEAT_SCHEDULE["admin-requests"] = {
 # - one username over all addresses (a distributed attack): CASEHUB_LOGIN_USERNAME_FAILURE_LIMIT
 #   failures within CASEHUB_LOGIN_USERNAME_WINDOW_SECONDS slow it to that rate, never lock it
 #   (5 in 3 minutes: at most 100 guesses an hour at one account from addresses it never used).
-# The last two spare a username at an address it signed in from within
-# CASEHUB_LOGIN_KNOWN_ADDRESS_DAYS (axes's access log; 0: none is spared), so neither an attacker
-# elsewhere nor a neighbour behind the same address can keep its owner out; the pair limit still
-# holds there. Failures during a refusal are not counted and do not extend it; a successful
+# The username limit spares an address someone signed in from within
+# CASEHUB_LOGIN_KNOWN_ADDRESS_DAYS (axes's access log; 0: none is spared), for every username
+# tried there, so an attacker elsewhere cannot keep an owner out at their usual address and no
+# answer depends on whether the username exists; the pair and address limits hold there. Every
+# refusal reads the same whichever limit it is. Failures during a refusal are not counted and do not extend it; a successful
 # sign-in clears that pair's failures.
 INSTALLED_APPS += ["axes"]
 MIDDLEWARE += ["axes.middleware.AxesMiddleware"]

@@ -501,7 +501,7 @@ def test_without_a_provider_the_leaf_fails_as_configuration_saying_what_to_set_t
     run_ready(case)
     node = review(case)
     assert (node.status, node.error_class) == (NodeStatus.FAILED, "configuration")
-    assert "needs an LLM provider" in node.error and "OPENAI_BASE_URL" in node.error
+    assert "needs an LLM provider" in node.error and "Ask the operator" in node.error
     assert notes_pack.requests == []
     # The installation's failure, not the agent's: its trust is its prior still, and the trail
     # says why it did not move.

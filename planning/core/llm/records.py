@@ -53,10 +53,10 @@ class LlmNotConfigured(LlmPlanningError):
 
     def __init__(self, purpose: str = "LLM planning", *, lead: str = "") -> None:
         super().__init__(
-            (lead or f"{purpose} needs an LLM provider, and none is configured.")
-            + " An admin sets OPENAI_API_KEY (for OpenAI) or OPENAI_BASE_URL (for any "
-            "OpenAI-compatible server: Azure, vLLM, Ollama, llama.cpp; add OPENAI_API_KEY if it "
-            "needs one), and CASEHUB_LLM_MODEL to choose the model."
+            (lead or f"{purpose} needs an LLM provider, and this server has none configured.")
+            # Read by analysts and officers on the case: the settings are the operator's business
+            # (docs/configuration.md), not theirs.
+            + " Ask the operator of this server to configure an LLM provider."
         )
 
 
