@@ -473,8 +473,8 @@ CELERY_BEAT_SCHEDULE["admin-requests"] = {
 # CASEHUB_LOGIN_KNOWN_ADDRESS_DAYS (axes's access log; 0: none is spared), for every username
 # tried there, so an attacker elsewhere cannot keep an owner out at their usual address and no
 # answer depends on whether the username exists; the pair and address limits hold there. Every
-# refusal reads the same whichever limit it is. Failures during a refusal are not counted and do not extend it; a successful
-# sign-in clears that pair's failures.
+# refusal reads the same whichever limit it is. Failures during a refusal are not counted and do
+# not extend it; a successful sign-in clears that pair's failures.
 INSTALLED_APPS += ["axes"]
 MIDDLEWARE += ["axes.middleware.AxesMiddleware"]
 CASEHUB_LOGIN_FAILURE_LIMIT = env_int("CASEHUB_LOGIN_FAILURE_LIMIT", 10, minimum=1)
