@@ -320,6 +320,11 @@ class Notification(models.Model):
     gate = models.ForeignKey(
         Gate, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
     )
+    gate_ids = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Every gate the notice says waits (it links the first): read once all closed.",
+    )
     kind = models.CharField(max_length=50)
     message = models.TextField()
     url = models.CharField(max_length=500, blank=True)

@@ -63,12 +63,17 @@ def notify_users(
     case: Case | None,
     gate: Gate | None,
     subject: str,
+    gates: Sequence[Gate] = (),
 ) -> None:
+    """Write one notice per user (about `gates`, linking `gate`) and send its e-mails on commit."""
     if not users:
         return
+    gate_ids = [g.pk for g in gates] or ([gate.pk] if gate is not None else [])
     Notification.objects.bulk_create(
         [
-            Notification(user=u, case=case, gate=gate, kind=kind, message=message, url=url)
+            Notification(
+                user=u, case=case, gate=gate, gate_ids=gate_ids, kind=kind, message=message, url=url
+            )
             for u in users
         ]
     )
@@ -99,6 +104,7 @@ def gates_opened(case: Case, gates: Sequence[Gate]) -> None:
             url=_gate_url(first),
             case=case,
             gate=first,
+            gates=group_gates,
             subject=f"[CaseHub] Case #{case.pk}: {what} for your decision",
         )
 

@@ -27,6 +27,7 @@ from audit.chain import SYSTEM_CHAIN, NewEvent, append_event, case_chain
 from audit.transitions import audited
 from oversight import notify
 from oversight.actions.gate_policy import gate_settings
+from oversight.actions.notifications import read_gate_notices
 from oversight.actions.opening import open_escalation_gate, void_open_gates
 from oversight.models import (
     Gate,
@@ -407,6 +408,8 @@ def _decide(
                 },
             )
         )
+    if not gate.is_open:
+        read_gate_notices(case_id=case.pk)
     if gate.status == GateStatus.APPROVED:
         _on_approved(gate, user)
     elif gate.status == GateStatus.REJECTED:

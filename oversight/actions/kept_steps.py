@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from audit.chain import NewEvent, case_chain
 from audit.transitions import Audit, audited
+from oversight.actions.notifications import read_gate_notices
 from oversight.models import Gate, GateKind, GateStatus
 from oversight.transitions import move_gate
 from planning.models import NodeStatus, PlanNode, PlanVersion
@@ -54,6 +55,8 @@ def carry_results(version: PlanVersion, kept: Mapping[str, PlanNode], *, audit: 
                     },
                 )
             )
+    if gates:
+        read_gate_notices(case_id=version.case_id)
     _block_after(version, [k for k, row in kept.items() if row.status != NodeStatus.SUCCEEDED])
 
 

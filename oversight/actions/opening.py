@@ -18,6 +18,7 @@ from audit.chain import NewEvent, append_event, case_chain
 from audit.transitions import audited
 from oversight import notify
 from oversight.actions.gate_policy import active_policy, gate_settings, leaf_facts, role_group
+from oversight.actions.notifications import read_gate_notices
 from oversight.models import (
     OPEN_GATE_STATUSES,
     Gate,
@@ -196,6 +197,8 @@ def void_open_gates(version: PlanVersion, *, why: str, actor: User | None = None
                     },
                 )
             )
+    if gates:
+        read_gate_notices(case_id=version.case_id)
     return len(gates)
 
 
@@ -243,6 +246,7 @@ def reopen_gate(gate: Gate, *, why: str) -> Gate:
             ),
             NewEvent("oversight.gate.opened", None, gate_data(fresh) | {"replaces": gate.pk}),
         )
+    read_gate_notices(case_id=gate.case_id)
     notify.gates_opened(fresh.case, [fresh])
     return fresh
 

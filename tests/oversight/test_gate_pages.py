@@ -611,6 +611,55 @@ def test_notifications_are_listed_newest_first_and_marked_read(analyst: Any, off
     assert theirs.read_at is None
 
 
+def test_a_gates_wait_notice_goes_read_once_every_gate_it_names_is_decided(
+    analyst: Any, officer: Any, second_officer: Any
+) -> None:
+    case = invoice_case(analyst)
+
+    def unread(user: Any) -> list[str]:
+        rows = Notification.objects.filter(user=user, case=case, read_at__isnull=True)
+        return list(rows.values_list("message", flat=True))
+
+    waiting = f"Case #{case.pk} “{case.title}”: 2 gates wait for your decision."
+    assert unread(officer) == [waiting] and unread(second_officer) == [waiting]
+    notice = Notification.objects.get(user=officer, case=case)
+    assert sorted(notice.gate_ids) == sorted([plan_gate(case).pk, hold_gate(case).pk])
+    # One of the two decided: the hold still waits, the notice stays unread.
+    assert approve(client_for(officer), plan_gate(case)).status_code == 302
+    assert unread(officer) == [waiting] and unread(second_officer) == [waiting]
+    # Both decided: it is no longer true, for either officer.
+    run_ready(case)
+    assert approve(client_for(second_officer), hold_gate(case), password=personas.PASSWORD)
+    assert unread(officer) == [] and unread(second_officer) == []
+    page = client_for(officer).get(reverse("home")).content.decode()
+    assert "No unread notifications" in page
+
+
+def test_a_gate_notice_goes_read_when_an_edit_voids_its_gates(
+    analyst: Any, officer: Any, second_officer: Any
+) -> None:
+    case = invoice_case(analyst)
+    hold = hold_gate(case)
+    response = client_for(officer).post(
+        reverse("oversight:plan-edit", args=[case.pk, hold.node_id]),
+        {
+            "agent": hold.node.agent,
+            "task": "Place a payment hold when the report recommends one, today",
+            "inputs": '{"report": {"$ref": "audit-report"}}',
+            "depends_on": ["audit-report"],
+            "reason_code": "incorrect",
+            "reason": "clearer task",
+            "base_version": "1",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    old = Notification.objects.filter(gate_id__in=[hold.pk, plan_gate(case).pk])
+    assert old.exists() and not old.filter(read_at__isnull=True).exists()
+    # The new version's gates wait: the second officer is told so, unread.
+    fresh = Notification.objects.filter(user=second_officer, case=case, read_at__isnull=True)
+    assert fresh.count() == 1
+
+
 def test_home_pages_show_real_counts(analyst: Any, officer: Any, auditor: Any) -> None:
     invoice_case(analyst)
     make_case(analyst, status=CaseStatus.PLAN_FAILED)
