@@ -20,6 +20,8 @@ INPUT_PREFIX = "input_"
 # domain then means False, not "use the default" (browsers send nothing for it).
 INPUTS_OF = "inputs_of"
 NO_DOMAIN_LABEL = "none: plan from goal and description"
+# The chosen pack's checks of case inputs (schema and data), problems by path ("inputs.x").
+type InputCheck = Callable[[Mapping[str, Any]], Mapping[str, list[str]]]
 
 
 def input_field_name(name: str) -> str:
@@ -232,11 +234,13 @@ class CaseForm(forms.Form):
         domains: Iterable[tuple[str, str]],
         domain: str,
         schema: type[BaseModel] | None = None,
+        check_inputs: InputCheck | None = None,
         has_provider: bool,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.domain_slug = domain
+        self.check_inputs = check_inputs
         self.has_provider = has_provider
         self.fields["domain"].choices = [*domains, ("", NO_DOMAIN_LABEL)]  # type: ignore[attr-defined]
         if not has_provider:
@@ -305,22 +309,28 @@ class CaseForm(forms.Form):
         return data
 
     def _check_schema(self) -> None:
-        # The pack schema's own checks (an identifier's shape) in the same round as the
-        # form's, on the inputs the form accepted: the data checks still come at submission.
+        # The pack's checks — its schema's (an identifier's shape) and, given `check_inputs`,
+        # its data's (an invoice the ERP does not hold) — in the same round as the form's, on
+        # the inputs the form accepted, so one round shows every invalid field.
         if self.schema is None:
             return
         values = self.inputs()
-        try:
-            self.schema.model_validate(values)
-        except ValidationError as exc:
-            problems = flatten_errors(exc.errors(), "inputs")
-            # Only the inputs that were given: a missing one already has the form's error.
-            given = {
-                path: messages
-                for path, messages in problems.items()
-                if path.partition(".")[2].partition(".")[0] in values
-            }
-            self.add_case_errors(given)
+        if self.check_inputs is not None:
+            problems = self.check_inputs(values)
+        else:
+            try:
+                self.schema.model_validate(values)
+            except ValidationError as exc:
+                problems = flatten_errors(exc.errors(), "inputs")
+            else:
+                problems = {}
+        # Only the inputs that were given: a missing one already has the form's error.
+        given = {
+            path: messages
+            for path, messages in problems.items()
+            if path.partition(".")[2].partition(".")[0] in values
+        }
+        self.add_case_errors(given)
 
     def inputs(self) -> dict[str, Any]:
         """Return the inputs from cleaned data, leaving out blank pack inputs so defaults apply."""

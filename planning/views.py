@@ -27,11 +27,11 @@ from planning.actions import (
     check_submission_rate,
     submit_case,
 )
-from planning.catalogue import registered_packs
+from planning.catalogue import data_port, registered_packs
 from planning.core.llm.budget import ScopeStatus, format_usd
 from planning.display import duration, value_rows
 from planning.dot import STATUS_COLOURS, plan_dot
-from planning.forms import INPUT_PREFIX, INPUTS_OF, CaseForm, input_field_name
+from planning.forms import INPUT_PREFIX, INPUTS_OF, CaseForm, InputCheck, input_field_name
 from planning.models import Case, CaseStatus, PlanNode, Strategy
 from planning.planner import (
     DEFAULT_BRANCHING,
@@ -215,9 +215,17 @@ def _case_form(
         domains=[(slug, name) for slug, name, _ in packs],
         domain=domain,
         schema=schema,
+        check_inputs=_input_check(domain) if data is not None and schema is not None else None,
         has_provider=llm_settings().is_configured,
         initial=dict(initial or {}),
     )
+
+
+def _input_check(domain: str) -> InputCheck:
+    # The same checks as submission (schema, then the pack's data through its port), so an
+    # invalid form shows the data's problems in the same round as the others.
+    pack = registered_packs()[domain]
+    return lambda inputs: pack.check_inputs(inputs, data_port(pack))
 
 
 def _typed_initial(values: QueryDict, packs: list[tuple[str, str, type[BaseModel]]]) -> CaseForm:

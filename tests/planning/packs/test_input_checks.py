@@ -214,3 +214,27 @@ def test_the_form_shows_the_problem_next_to_the_invoice_field(erp: None) -> None
     field = page.split('data-field="input_invoice_id"', 1)[1].split("data-field=", 1)[0]
     assert "INV-9999 is not in the ERP." in field
     assert not Case.objects.exists()
+
+
+def test_the_form_reports_every_invalid_field_in_one_round(erp: None) -> None:
+    # A missing title, a malformed amount (the schema) and an unknown account (the data):
+    # one answer names all three, as docs/planning.md says.
+    client = Client()
+    client.force_login(personas.analyst())
+    response = client.post(
+        reverse("planning:case-new"),
+        {
+            "domain": "fraud", "title": "", "goal": "g", "strategy": "static",
+            "max_depth": "2", "input_account_id": "ACC-999", "input_amount": "-5",
+        },
+    )  # fmt: skip
+    assert response.status_code == 422
+    page = response.content.decode()
+
+    def field(name: str) -> str:
+        return page.split(f'data-field="{name}"', 1)[1].split("data-field=", 1)[0]
+
+    assert "A title is required." in field("title")
+    assert "ACC-999 is not a known account." in field("input_account_id")
+    assert "At least 0.0." in field("input_amount")
+    assert not Case.objects.exists()
