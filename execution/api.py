@@ -1,4 +1,5 @@
-"""Execution in the JSON API: cancel a case, the global stop switch, and human work items.
+"""Execution in the JSON API: the agents with their learned trust, cancel a case, the global stop
+switch, and human work items.
 
 Every command goes through `execution.actions`, which checks it again and audits it.
 Who sees which work items is decided in the query (`execution.queries.work_items_for`): the
@@ -9,13 +10,14 @@ cases they submitted; any other item is a 404.
 # No `from __future__ import annotations`: ninja reads the endpoint annotations at runtime.
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from ninja.errors import HttpError
+from ninja.pagination import paginate
 from pydantic import ConfigDict
 
 from accounts.roles import ADMIN
@@ -31,10 +33,11 @@ from planning.api import (
     PAGE_MAX_OFFSET,
     CaseOut,
     Message,
+    Page,
     ValidationMessage,
     request_user,
 )
-from planning.models import Case
+from planning.models import Agent, Case
 from planning.queries import case_for
 
 # Ids beyond a signed 64-bit integer cannot name a row; refused before they reach the database.
@@ -45,6 +48,32 @@ router = Router(tags=["execution"])
 
 
 # Schemas ------------------------------------------------------------------------------------
+
+
+class AgentOut(Schema):
+    slug: str
+    name: str
+    description: str
+    kind: Literal["tool", "llm", "human"]
+    capabilities: list[str]
+    trust: float = Field(
+        description="The trust routing uses now: the starting trust moved by the agent's "
+        "outcomes (its own failures lower it, older outcomes count less), the lowest over its "
+        "capabilities. Equal to `starting_trust` until the agent has outcomes."
+    )
+    starting_trust: float = Field(
+        description="The trust an admin configured: where the learned trust starts."
+    )
+    enabled: bool
+
+    @staticmethod
+    def resolve_trust(agent: Agent) -> float:
+        # The agent's scores come prefetched with the page: no query per agent.
+        return execution.effective_trust(agent, list(agent.capabilities), list(agent.scores.all()))
+
+    @staticmethod
+    def resolve_starting_trust(agent: Agent) -> float:
+        return agent.trust
 
 
 class CancelIn(Schema):
@@ -191,6 +220,25 @@ def _one_item(user: User, item_id: int) -> WorkItemOut:
     if item is None:
         raise Http404("No such work item")
     return _item_out(item, upstream_outputs_of([item.node])[item.node_id])
+
+
+# Agents ---------------------------------------------------------------------------------------
+
+
+@router.get(
+    "/agents",
+    response={200: list[AgentOut], 403: Message},
+    tags=["agents"],
+    summary="List the agents plans may assign steps to, with their learned trust",
+)
+@paginate(Page)
+def list_agents(request: HttpRequest) -> Any:
+    """List the agents, paginated, each with the trust routing uses now.
+
+    403 for an account without a CaseHub role.
+    """
+    rules.require_role(request_user(request))
+    return Agent.objects.order_by("slug").prefetch_related("scores")
 
 
 # Cancel ---------------------------------------------------------------------------------------

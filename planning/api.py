@@ -1,4 +1,6 @@
-"""Planning's part of the JSON API: agents and cases (a ninja Router).
+"""Planning's part of the JSON API: cases (a ninja Router).
+
+The agents are listed by execution's router, with the trust it learned from their outcomes.
 
 A case's plan is read and edited through oversight's plans router (its nodes carry their gates).
 
@@ -11,7 +13,7 @@ that the NinjaAPI and oversight's router import them without an import running b
 # No `from __future__ import annotations`: ninja reads the endpoint annotations at runtime.
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from django.contrib.auth.models import User
 from django.http import HttpRequest
@@ -20,7 +22,7 @@ from ninja.pagination import LimitOffsetPagination, paginate
 from pydantic import ConfigDict, Strict
 
 from planning import actions, rules
-from planning.models import Agent, Case, CaseStatus, Strategy
+from planning.models import Case, CaseStatus, Strategy
 from planning.queries import case_for, visible_cases
 
 # Shared by every router ---------------------------------------------------------------------
@@ -68,16 +70,6 @@ router = Router()
 
 
 # Schemas ------------------------------------------------------------------------------------
-
-
-class AgentOut(Schema):
-    slug: str
-    name: str
-    description: str
-    kind: Literal["tool", "llm", "human"]
-    capabilities: list[str]
-    trust: float
-    enabled: bool
 
 
 class CaseIn(Schema):
@@ -154,22 +146,6 @@ class CaseFilters(Schema):
 # Endpoints ----------------------------------------------------------------------------------
 # The NinjaAPI documents the refusals every operation shares (400, 401, 413, 422, 500); the
 # responses below are the ones these endpoints decide themselves.
-
-
-@router.get(
-    "/agents",
-    response={200: list[AgentOut], 403: Message},
-    tags=["agents"],
-    summary="List the agents plans may assign steps to",
-)
-@paginate(Page)
-def list_agents(request: HttpRequest) -> Any:
-    """List the agents, paginated.
-
-    403 for an account without a CaseHub role.
-    """
-    rules.require_role(request_user(request))
-    return Agent.objects.order_by("slug")
 
 
 @router.post(

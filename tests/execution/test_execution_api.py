@@ -9,12 +9,14 @@ import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from accounts import tokens as api_tokens
 from audit.models import AuditEvent
 from execution import actions as execution
 from execution.models import WorkItem
-from planning.models import CaseStatus, NodeStatus, PlanNode
+from planning.catalogue import sync_packs
+from planning.models import Agent, CaseStatus, NodeStatus, PlanNode
 from tests import personas
 from tests.cases import planned_invoice_case
 from tests.execution.work_items import INVOICE_FIELDS, approve_plan, waiting_work_item
@@ -259,3 +261,20 @@ def test_a_failed_step_shows_its_error_and_class(analyst: Any, officer: Any) -> 
     assert nodes["extract-fields"]["error"] == "ERP is down"
     assert nodes["extract-fields"]["error_class"] == "tool_failure"
     assert nodes["extract-fields"]["routing"]["agent"]
+
+
+# Agents and their trust ------------------------------------------------------------------------
+
+
+def test_the_agent_list_shows_the_learned_trust_routing_uses_beside_the_starting_trust(
+    analyst: Any,
+) -> None:
+    sync_packs()
+    execution.record_outcome("fraud-analyst", "failed", now=timezone.now())
+    agent = Agent.objects.get(slug="fraud-analyst")
+    routing_reads = execution.effective_trust(agent, list(agent.capabilities))
+    assert routing_reads == pytest.approx(0.545, abs=5e-4)
+    body = api(analyst).get("/api/agents?limit=200").json()
+    (shown,) = [item for item in body["items"] if item["slug"] == "fraud-analyst"]
+    assert shown["trust"] == pytest.approx(routing_reads, abs=1e-6)  # read a moment later
+    assert shown["starting_trust"] == 0.6

@@ -18,6 +18,7 @@ from execution import actions as execution
 from execution.models import TrustScore, WorkItem
 from oversight.actions.gates import DecisionInput, decide_gate
 from oversight.models import Gate, GateKind, GateStatus
+from planning.catalogue import sync_packs
 from planning.models import Agent, CaseStatus, NodeStatus, PlanNode
 from tests import personas
 from tests.cases import planned_invoice_case
@@ -320,6 +321,23 @@ def test_completing_the_form_finishes_the_step(analyst: Any, officer: Any) -> No
     assert ben.post(url, {"output": json.dumps(INVOICE_FIELDS)}).status_code == 409
 
 
+def test_a_step_without_an_output_schema_takes_plain_text(analyst: Any, officer: Any) -> None:
+    item = waiting_work_item(analyst, officer)
+    PlanNode.objects.filter(pk=item.node_id).update(expected_output="")
+    ben = client_for(personas.analyst("ben"))
+    page = ben.get(reverse("execution:work-item", args=[item.pk])).content.decode()
+    assert "write your output as plain text" in page and "Output (plain text)" in page
+    assert "JSON" not in page.split('id="output-title"', 1)[1].split("</form>", 1)[0]
+    url = reverse("execution:work-item-complete", args=[item.pk])
+    blank = ben.post(url, {"output": "  "})
+    assert blank.status_code == 422 and 'id="output-error"' in blank.content.decode()
+    typed = "Called the customer: they confirm both transfers.\nNo further contact."
+    assert ben.post(url, {"output": typed}).status_code == 302
+    item.refresh_from_db()
+    assert item.output == {"text": typed}
+    assert PlanNode.objects.get(pk=item.node_id).status == NodeStatus.SUCCEEDED
+
+
 def test_the_work_item_list_costs_the_same_queries_for_one_item_and_for_many(
     analyst: Any, officer: Any
 ) -> None:
@@ -450,3 +468,24 @@ def test_the_admin_shows_trust_outcomes_as_decayed_counts_not_stored_weights(
         reverse("admin:execution_trustscore_change", args=[score.pk])
     )
     assert change.status_code == 200 and "3.0" in change.content.decode()
+
+
+def test_the_admin_index_lists_the_trust_scores(admin_user: Any) -> None:
+    page = client_for(admin_user).get(reverse("admin:index")).content.decode()
+    assert reverse("admin:execution_trustscore_changelist") in page
+
+
+def test_the_admins_agent_list_shows_the_learned_trust_beside_the_starting_trust(
+    admin_user: Any,
+) -> None:
+    sync_packs()
+    execution.record_outcome("fraud-analyst", "failed", now=timezone.now())
+    client = client_for(admin_user)
+    page = client.get(reverse("admin:planning_agent_changelist")).content.decode()
+    row = re.search(r"<tr>.*?fraud-analyst.*?</tr>", page, re.S)
+    assert row is not None, page
+    assert re.search(r'field-starting_trust">0\.60<', row.group(0))
+    assert re.search(r'field-learned_trust">0\.545<', row.group(0)), row.group(0)
+    agent = Agent.objects.get(slug="fraud-analyst")
+    change = client.get(reverse("admin:planning_agent_change", args=[agent.pk])).content.decode()
+    assert "Learned trust" in change and "0.545" in change

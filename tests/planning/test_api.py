@@ -229,7 +229,8 @@ def test_every_role_lists_the_agents(make: Any) -> None:
         "description": "",
         "kind": "human",
         "capabilities": ["review"],
-        "trust": 0.75,
+        "trust": 0.75,  # no outcomes yet: the learned trust is the starting one
+        "starting_trust": 0.75,
         "enabled": False,
     }
     assert {item["kind"] for item in body["items"]} <= {"tool", "llm", "human"}

@@ -47,7 +47,7 @@ def test_the_api_docs_render_from_local_assets_and_call_the_api_under_the_csp(
     page.fill(".swagger-ui .modal-ux input", token)
     page.click(".swagger-ui .modal-ux .auth-btn-wrapper .authorize")
     page.click(".swagger-ui .modal-ux .btn-done")
-    operation = page.locator("#operations-agents-planning_api_list_agents")
+    operation = page.locator("#operations-agents-execution_api_list_agents")
     operation.locator(".opblock-summary").click()
     operation.locator(".try-out__btn").click()
     operation.locator(".execute").click()
