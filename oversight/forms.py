@@ -76,7 +76,7 @@ class PolicyProposalForm(forms.Form):
     escalation_hours = forms.IntegerField(min_value=1, max_value=24 * 90)
     approval_valid_hours = forms.IntegerField(min_value=1, max_value=24 * 90)
     reason_code = forms.ChoiceField(
-        help_text="Every policy change names a reason code (RELIABILITY R6)."
+        help_text="Every policy change names a reason code from the list."
     )
     reason = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}), help_text="Why, in words, for the audit trail."

@@ -224,7 +224,7 @@ class Gate(models.Model):
     held_at = models.DateTimeField(null=True, blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)
     approval_expires_at = models.DateTimeField(
-        null=True, blank=True, help_text="An approval older than this never executes (R4)."
+        null=True, blank=True, help_text="An approval older than this never executes."
     )
     carried_from = models.ForeignKey(
         "self",
