@@ -31,11 +31,13 @@ from oversight.queries import upstream_outputs_of
 from planning.budgets import LedgerBudgets, case_limits
 from planning.catalogue import registered_packs
 from planning.display import pretty_json, value_rows
-from planning.models import Case, CaseStatus
+from planning.models import Case, CaseStatus, PlanNode
 from planning.queries import case_for, visible_cases
 from web.http import HtmxHttpRequest, render_partial
 
 WORK_ITEMS_PAGE_SIZE = 25
+# Where the output of a step that takes plain text keeps it.
+TEXT_OUTPUT = "text"
 ENDED = (
     CaseStatus.COMPLETED,
     CaseStatus.FAILED,
@@ -226,6 +228,11 @@ def _expected(name: str) -> tuple[list[dict[str, str]], str]:
     return fields, pretty_json(blank)
 
 
+def _takes_text(node: PlanNode) -> bool:
+    """Return True when the step names no output schema: a person writes plain text then."""
+    return not node.expected_output
+
+
 def _item_context(
     request: HtmxHttpRequest,
     item: WorkItem,
@@ -236,7 +243,8 @@ def _item_context(
 ) -> dict[str, object]:
     node = item.node
     upstream = upstream_outputs_of([node])[node.pk]
-    fields, blank = _expected(node.expected_output)
+    takes_text = _takes_text(node)
+    fields, blank = ([], "") if takes_text else _expected(node.expected_output)
     inputs = node.inputs if isinstance(node.inputs, dict) else {}
     return {
         "item": item,
@@ -246,6 +254,7 @@ def _item_context(
         "input_rows": value_rows(inputs) if inputs else [],
         "upstream": [(key, value_rows(output)) for key, output in upstream.items()],
         "expected_fields": fields,
+        "takes_text": takes_text,
         "output_text": blank if output_text is None else output_text,
         "output_rows": value_rows(item.output) if item.output is not None else [],
         "is_open": item.status == WorkItem.Status.OPEN,
@@ -264,8 +273,15 @@ def work_item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     return render(request, "execution/work_item_detail.html", _item_context(request, item))
 
 
-def _parse_output(text: str) -> tuple[dict[str, Any] | None, str]:
-    """Return the posted output as a JSON object, or None and what is wrong with it."""
+def _parse_output(text: str, *, takes_text: bool) -> tuple[dict[str, Any] | None, str]:
+    """Return the posted output as a JSON object, or None and what is wrong with it.
+
+    A step that takes text keeps it, as it was typed, under `text`.
+    """
+    if takes_text:
+        if not text.strip():
+            return None, "Write your output: the step is done once it is recorded."
+        return {TEXT_OUTPUT: text}, ""
     if not text.strip():
         return None, 'Enter the output as a JSON object, e.g. {"decision": "hold"}.'
     try:
@@ -281,13 +297,14 @@ def _parse_output(text: str) -> tuple[dict[str, Any] | None, str]:
 def work_item_complete(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     """Complete a work item with the posted output; its step succeeds and the case goes on.
 
-    Raises Http404 for an item that is not for the user's groups. Output that is not a JSON
-    object, or does not fit the expected output, answers 422 with the text kept and the problem
-    next to the field; an item that is no longer open answers 409.
+    Raises Http404 for an item that is not for the user's groups. A step that names no output
+    schema takes plain text; for one that does, output that is not a JSON object, or does not
+    fit the expected output, answers 422 with the text kept and the problem next to the field.
+    An item that is no longer open answers 409.
     """
     item = _item_for(request, item_id)
     text = request.POST.get("output", "")[:100_000]
-    output, problem = _parse_output(text)
+    output, problem = _parse_output(text, takes_text=_takes_text(item.node))
     if output is None:
         context = _item_context(request, item, output_text=text, errors={"output": problem})
         return render(request, "execution/work_item_detail.html", context, status=422)
