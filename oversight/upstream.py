@@ -39,13 +39,15 @@ def _scalar(value: Any) -> str:
 
 
 def output_summary(value: Any, *, limit: int = SUMMARY_CHARS) -> str:
-    """Return an output on one line: each field of an object as `name: value` (lists joined).
+    """Return an output on one line: each field of an object as `name: value` (lists joined),
+    the single values first (a recommendation reads before the findings it rests on).
 
     Long values are cut with an ellipsis; the whole summary is at most `limit` characters.
     """
     if isinstance(value, Mapping):
         parts = []
-        for key, item in value.items():
+        fields = sorted(value.items(), key=lambda pair: isinstance(pair[1], list | dict))
+        for key, item in fields:
             if isinstance(item, list) and all(not isinstance(v, dict | list) for v in item):
                 shown = "; ".join(_scalar(v) for v in item) if item else "none"
             else:

@@ -15,6 +15,7 @@ from planning.models import Case, CaseStatus
 from tests import personas
 from tests.browser.test_case_flow import _log_in, _watch_console
 from tests.cases import planned_invoice_case
+from tests.execution.test_execution import run_ready
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -149,3 +150,57 @@ def test_a_wrong_signing_password_keeps_the_gates_url_the_detail_open_and_sign_e
     page.click("[data-approve]")
     page.wait_for_selector('.gate-page[data-status="approved"]')
     assert GateDecision.objects.filter(gate=hold_gate, decider=officer).count() == 1
+
+
+def test_the_payment_holds_gate_shows_the_audit_reports_recommendation_before_and_after_signing(
+    page: Any,
+) -> None:
+    sync_packs()
+    case = _invoice_case(personas.analyst())
+    plan_gate = Gate.objects.get(case=case, kind=GateKind.PLAN)
+    hold_gate = Gate.objects.get(case=case, kind=GateKind.STEP, node__key="place-hold")
+    officer = personas.officer()
+    problems = _watch_console(page)
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    _log_in(page, officer.username)
+    # Before the plan runs, the hold's gate says the report has not run yet.
+    page.goto(f"/gates/{hold_gate.pk}/")
+    page.click("#step-detail summary")
+    report = '[data-upstream="audit-report"]'
+    assert page.get_attribute(report, "data-ran") == "false"
+    assert "not run yet" in page.inner_text(report)
+    # The plan approved on its page, its steps run up to the hold, as a worker runs them.
+    page.goto(f"/gates/{plan_gate.pk}/")
+    page.click("#step-detail summary")
+    page.wait_for_selector("[data-approve]:not([disabled])")
+    page.click("[data-approve]")
+    page.wait_for_selector('.gate-page[data-status="approved"]')
+    run_ready(case)
+    case.refresh_from_db()
+    assert case.status == CaseStatus.EXECUTING
+
+    page.goto(f"/gates/{hold_gate.pk}/")
+    page.wait_for_selector("#dag svg g.node", timeout=30_000)
+    page.click("#step-detail summary")
+    page.wait_for_selector("[data-approve]:not([disabled])")
+    assert page.get_attribute(report, "data-ran") == "true"
+    shown = page.inner_text(report)
+    assert "recommendation" in shown and "hold" in shown and "duplicate payment" in shown
+    assert "not run yet" not in shown
+    assert "recommendation: hold" in page.inner_text(".signature-note")
+    assert "recommendation: hold" in page.inner_text('[data-section="plan-effects"]')
+    page.locator("#step-detail").scroll_into_view_if_needed()
+    page.screenshot(path=str(SCREENS / "hold-gate-report.png"), full_page=True)
+    page.fill("#id_password", personas.PASSWORD)
+    page.click("[data-approve]")
+
+    page.wait_for_selector('.gate-page[data-status="approved"]')
+    signature = page.inner_text("[data-signature]")
+    assert "acting on the output of audit-report" in signature
+    assert "recommendation: hold" in signature
+    page.click("#step-detail summary")
+    assert page.get_attribute(report, "data-ran") == "true"
+    assert "hold" in page.inner_text(report)
+    page.screenshot(path=str(SCREENS / "hold-gate-signed.png"), full_page=True)
+    assert GateDecision.objects.filter(gate=hold_gate, decider=officer).count() == 1
+    assert problems == []
