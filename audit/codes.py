@@ -124,6 +124,8 @@ EVENT_CODES: tuple[EventCode, ...] = (
             "config.agent.created": "Agent created",
             "config.agent.changed": "Agent changed",
             "planning.demo_erp.loaded": "Demo ERP data loaded",
+            "planning.demo_estate.loaded": "Demo estate loaded (incident response)",
+            "planning.demo_accounts.loaded": "Demo account data loaded (fraud investigation)",
         },
     ),
     *_codes(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from execution.goal_judge import judge_model
-from planning.catalogue import registered_packs
+from planning.catalogue import data_port, registered_packs
 from planning.models import Case, NodeStatus, PlanNode
 
 
@@ -24,7 +24,9 @@ def verify_goal(case: Case) -> Verdict:
     """Decide by the rules whether a case whose leaves all ended reached its goal, with the reasons.
 
     Every leaf must have succeeded, except leaves whose failure policy is `continue` (their
-    failure and what it blocked are named); then the pack's rules, when it has any. Never calls a
+    failure and what it blocked are named); then the pack's rules, when it has any: they read the
+    outputs and the pack's systems as the last step left them (its database port), so a finding
+    there (a service still down, a freeze not on the account) fails the case. Never calls a
     model: when the rules hold and an LLM goal judge is configured, the verdict passes and names
     it in `judge`, and the caller has it asked outside the transaction (`execution.goal_judge`).
     """
@@ -46,13 +48,16 @@ def verify_goal(case: Case) -> Verdict:
     if not reasons:
         checks.append(f"all {len(nodes)} steps ended as planned")
     pack = registered_packs().get(case.domain) if case.domain else None
-    rules = getattr(pack, "goal_check", None) if pack is not None else None
-    if rules is not None and not reasons:
+    if pack is not None and pack.goal_check is not None and not reasons:
         outputs = {n.key: n.output for n in nodes if n.status == NodeStatus.SUCCEEDED}
-        problems = list(rules(outputs))
+        try:
+            problems = list(pack.goal_check(outputs, data_port(pack)))
+        except (LookupError, ValueError, TypeError) as exc:
+            # e.g. a service the estate no longer runs: what cannot be checked is not reached
+            problems = [f"the {pack.name} rules could not be checked: {exc}"]
         reasons.extend(problems)
         if not problems:
-            checks.append(f"the {pack.name} rules hold")  # type: ignore[union-attr]
+            checks.append(f"the {pack.name} rules hold")
     return Verdict(
         passed=not reasons,
         reasons=tuple(reasons),

@@ -1,5 +1,6 @@
 """The database side of the catalogue: packs, agents and tools from code into rows, rows back
-into the planning core's specs, and the database-backed ports the pack tools read."""
+into the planning core's specs, and the database-backed ports the pack tools read and act on
+(the invoice ERP, the incident estate, the fraud account data), with their demo data."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F
+from django.db.models import F, Model
 from django.utils.module_loading import import_string
 
 from audit.chain import append_event
@@ -29,10 +30,23 @@ from planning.models import (
     ErpPaymentHold,
     ErpPurchaseOrder,
     ErpSupplier,
+    EstateDatabase,
+    EstateFailover,
+    EstateHost,
+    EstateIsolation,
+    EstateNotice,
+    FraudAccount,
+    FraudAccountFreeze,
+    FraudSanctionedParty,
+    FraudTransaction,
 )
 from planning.models import DomainPack as DomainPackRow
 from planning.models import Tool as ToolRow
 from planning.packs import PACKS
+from planning.packs.fraud import PACK as FRAUD_PACK
+from planning.packs.fraud.data import DEMO_FRAUD_DATA
+from planning.packs.incident import PACK as INCIDENT_PACK
+from planning.packs.incident.infrastructure import DEFAULT_OWNERS, DEMO_INFRASTRUCTURE
 from planning.packs.invoice import PACK as INVOICE_PACK
 from planning.packs.invoice.erp import DEMO_ERP
 
@@ -237,6 +251,27 @@ def _money(value: Decimal) -> str:
     return f"{value:.2f}"
 
 
+def _once[M: Model](model: type[M], call: ToolCall | None, act: Callable[[], M]) -> M:
+    """Run `act` (which creates a `model` row under the call's key) once per key; return the row.
+
+    An effect already recorded under the leaf's idempotency key is returned as it is; otherwise
+    the leaf's safe point comes first. Two attempts racing: the loser's row fails the key's unique
+    constraint and the winner's is the one effect. Without a call (no leaf) every call acts.
+    """
+    if call is not None:
+        done = model._default_manager.filter(idempotency_key=call.idempotency_key).first()
+        if done is not None:
+            return done
+        call.checkpoint()
+    try:
+        with transaction.atomic():
+            return act()
+    except IntegrityError:
+        if call is None:
+            raise
+        return model._default_manager.get(idempotency_key=call.idempotency_key)
+
+
 class DatabaseErp:
     """The invoice pack's `ErpData` port over the ERP tables.
 
@@ -292,28 +327,220 @@ class DatabaseErp:
 
     def place_hold(self, invoice_id: str, reason: str) -> str:
         key = self.call.idempotency_key if self.call is not None else None
-        if key is not None:
-            done = ErpPaymentHold.objects.filter(idempotency_key=key).first()
-            if done is not None:
-                return done.hold_id
-            self.call.checkpoint()  # type: ignore[union-attr]
-        try:
-            with transaction.atomic():
-                hold = ErpPaymentHold.objects.create(
-                    hold_id=f"HOLD-{uuid.uuid4().hex[:10].upper()}",
-                    invoice_id=invoice_id,
-                    reason=reason,
-                    idempotency_key=key,
-                )
-        except IntegrityError:
-            # Another attempt of the same leaf placed it a moment ago: that is the one hold.
-            hold = ErpPaymentHold.objects.get(idempotency_key=key)
-        return hold.hold_id
+
+        def act() -> ErpPaymentHold:
+            return ErpPaymentHold.objects.create(
+                hold_id=f"HOLD-{uuid.uuid4().hex[:10].upper()}",
+                invoice_id=invoice_id,
+                reason=reason,
+                idempotency_key=key,
+            )
+
+        return _once(ErpPaymentHold, self.call, act).hold_id
 
 
-# Only the invoice pack's data lives in the database; the others read their demo data.
+# The incident pack's demo estate --------------------------------------------------------------
+
+
+@transaction.atomic
+def load_demo_estate() -> int:
+    """Load the incident pack's demo estate (idempotent); return how many rows were created."""
+    data: Mapping[str, Any] = DEMO_INFRASTRUCTURE
+    created = 0
+    for name, description in data["hosts"].items():
+        created += EstateHost.objects.get_or_create(
+            name=name,
+            defaults={
+                "description": description,
+                "is_down": name in data["down_hosts"],
+                "logs": list(data["logs"].get(name, ())),
+            },
+        )[1]
+    for service, db in data["databases"].items():
+        created += EstateDatabase.objects.get_or_create(
+            service=service,
+            defaults={
+                "description": db.get("description", ""),
+                "primary_host": db["primary"],
+                "replica_host": db["replica"],
+                "current_primary": db["primary"],
+                "owners": list(data["owners"].get(service, ())),
+            },
+        )[1]
+    if created:
+        append_event("planning.demo_estate.loaded", data={"rows": created})
+    return created
+
+
+class DatabaseInfrastructure:
+    """The incident pack's `Infrastructure` port over the estate tables.
+
+    Bound to a leaf (`with_call`), its effects — a fail-over, an isolation, a notice — happen
+    once per the leaf's idempotency key, after the leaf's safe point, and the next step sees them.
+    """
+
+    def __init__(self, call: ToolCall | None = None) -> None:
+        self.call = call
+
+    def with_call(self, call: ToolCall) -> DatabaseInfrastructure:
+        """Return the port acting for one leaf."""
+        return DatabaseInfrastructure(call)
+
+    @property
+    def _key(self) -> str | None:
+        return self.call.idempotency_key if self.call is not None else None
+
+    def has_host(self, host: str) -> bool:
+        return EstateHost.objects.filter(name=host).exists()
+
+    def has_database(self, service: str) -> bool:
+        return EstateDatabase.objects.filter(service=service).exists()
+
+    def primary(self, service: str) -> str:
+        primary = (
+            EstateDatabase.objects.filter(service=service)
+            .values_list("current_primary", flat=True)
+            .first()
+        )
+        if primary is None:
+            raise LookupError(f"unknown database service {service!r}")
+        return primary
+
+    def fail_over(self, service: str) -> tuple[str, str]:
+        def act() -> EstateFailover:
+            db = EstateDatabase.objects.select_for_update().filter(service=service).first()
+            if db is None:
+                raise LookupError(f"unknown database service {service!r}")
+            old = db.current_primary
+            new = db.replica_host if old == db.primary_host else db.primary_host
+            EstateDatabase.objects.filter(pk=db.pk).update(current_primary=new)
+            return EstateFailover.objects.create(
+                service=service, old_primary=old, new_primary=new, idempotency_key=self._key
+            )
+
+        done = _once(EstateFailover, self.call, act)
+        return done.old_primary, done.new_primary
+
+    def is_reachable(self, host: str) -> bool:
+        return EstateHost.objects.filter(name=host, is_down=False, is_isolated=False).exists()
+
+    def isolate(self, hosts: Sequence[str]) -> Sequence[str]:
+        def act() -> EstateIsolation:
+            known = set(EstateHost.objects.filter(name__in=hosts).values_list("name", flat=True))
+            isolated = [h for h in dict.fromkeys(hosts) if h in known]
+            EstateHost.objects.filter(name__in=isolated).update(is_isolated=True)
+            return EstateIsolation.objects.create(hosts=isolated, idempotency_key=self._key)
+
+        return tuple(_once(EstateIsolation, self.call, act).hosts)
+
+    def logs(self, host: str) -> Sequence[str]:
+        logs = EstateHost.objects.filter(name=host).values_list("logs", flat=True).first()
+        return tuple(logs or ())
+
+    def owners(self, service: str) -> Sequence[str]:
+        owners = (
+            EstateDatabase.objects.filter(service=service).values_list("owners", flat=True).first()
+        )
+        return tuple(owners or DEFAULT_OWNERS)
+
+    def send(self, recipients: Sequence[str], message: str) -> None:
+        def act() -> EstateNotice:
+            return EstateNotice.objects.create(
+                recipients=list(recipients), message=message, idempotency_key=self._key
+            )
+
+        _once(EstateNotice, self.call, act)
+
+
+# The fraud pack's demo account data -----------------------------------------------------------
+
+
+@transaction.atomic
+def load_demo_accounts() -> int:
+    """Load the fraud pack's demo account data (idempotent); return how many rows were created."""
+    data: Mapping[str, Any] = DEMO_FRAUD_DATA
+    created = 0
+    for account_id, description in data["accounts"].items():
+        created += FraudAccount.objects.get_or_create(
+            account_id=account_id, defaults={"description": description}
+        )[1]
+    for tx in data["transactions"]:
+        created += FraudTransaction.objects.get_or_create(tx_id=tx["tx_id"], defaults=tx)[1]
+    for name in data["sanctioned"]:
+        created += FraudSanctionedParty.objects.get_or_create(name=name)[1]
+    if created:
+        append_event("planning.demo_accounts.loaded", data={"rows": created})
+    return created
+
+
+class DatabaseFraudData:
+    """The fraud pack's `FraudData` port over the account tables.
+
+    Bound to a leaf (`with_call`), its one effect — a freeze — happens once per the leaf's
+    idempotency key, after the leaf's safe point.
+    """
+
+    def __init__(self, call: ToolCall | None = None) -> None:
+        self.call = call
+
+    def with_call(self, call: ToolCall) -> DatabaseFraudData:
+        """Return the port acting for one leaf."""
+        return DatabaseFraudData(call)
+
+    def has_account(self, account_id: str) -> bool:
+        return FraudAccount.objects.filter(account_id=account_id).exists()
+
+    def transactions(self, account_id: str) -> Sequence[Mapping[str, Any]]:
+        return [
+            {
+                "tx_id": t.tx_id,
+                "account_id": t.account_id,
+                "amount": _money(t.amount),
+                "counterparty": t.counterparty,
+            }
+            for t in FraudTransaction.objects.filter(account_id=account_id).order_by("pk")
+        ]
+
+    def sanctioned(self) -> Sequence[str]:
+        return tuple(FraudSanctionedParty.objects.order_by("name").values_list("name", flat=True))
+
+    def freeze(self, account_id: str, reason: str) -> str:
+        key = self.call.idempotency_key if self.call is not None else None
+
+        def act() -> FraudAccountFreeze:
+            return FraudAccountFreeze.objects.create(
+                freeze_id=f"FRZ-{uuid.uuid4().hex[:10].upper()}",
+                account_id=account_id,
+                reason=reason,
+                idempotency_key=key,
+            )
+
+        return _once(FraudAccountFreeze, self.call, act).freeze_id
+
+    def freezes(self, account_id: str) -> Sequence[str]:
+        return tuple(
+            FraudAccountFreeze.objects.filter(account_id=account_id)
+            .order_by("created_at", "pk")
+            .values_list("freeze_id", flat=True)
+        )
+
+
+def load_demo_systems() -> dict[str, int]:
+    """Load every pack's demo systems (idempotent): the rows created, by pack."""
+    return {
+        INVOICE_PACK.slug: load_demo_erp(),
+        INCIDENT_PACK.slug: load_demo_estate(),
+        FRAUD_PACK.slug: load_demo_accounts(),
+    }
+
+
+# Every CaseHub pack's systems live in the database; an extra pack reads its own demo port.
 _DATABASE_PORTS: Mapping[str, Callable[[], Any]] = MappingProxyType(
-    {INVOICE_PACK.slug: DatabaseErp}
+    {
+        INVOICE_PACK.slug: DatabaseErp,
+        INCIDENT_PACK.slug: DatabaseInfrastructure,
+        FRAUD_PACK.slug: DatabaseFraudData,
+    }
 )
 
 

@@ -406,6 +406,106 @@ class ErpPaymentHold(models.Model):
         return self.hold_id
 
 
+# The incident pack's demo estate (planning.packs.incident.infrastructure) ---------------------
+
+
+class EstateHost(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    description = models.CharField(max_length=200, blank=True)
+    is_down = models.BooleanField(default=False, help_text="Down: it does not answer.")
+    is_isolated = models.BooleanField(default=False, help_text="Cut off the network.")
+    logs = models.JSONField(default=list, blank=True, help_text="Its security log lines.")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class EstateDatabase(models.Model):
+    service = models.CharField(max_length=100, unique=True)
+    description = models.CharField(max_length=200, blank=True)
+    primary_host = models.CharField(max_length=100, help_text="The primary as configured.")
+    replica_host = models.CharField(max_length=100)
+    current_primary = models.CharField(max_length=100, help_text="The primary since fail-overs.")
+    owners = models.JSONField(default=list, blank=True, help_text="Who hears of its incidents.")
+
+    def __str__(self) -> str:
+        return self.service
+
+
+class LeafEffect(models.Model):
+    """An effect a pack's tool had on a demo system, once per the acting leaf's idempotency key
+    (none when no leaf acted)."""
+
+    idempotency_key = models.CharField(
+        max_length=200, unique=True, null=True, blank=True, help_text="One effect per key."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        abstract = True
+
+
+class EstateFailover(LeafEffect):
+    service = models.CharField(max_length=100)
+    old_primary = models.CharField(max_length=100)
+    new_primary = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return f"{self.service}: {self.old_primary} → {self.new_primary}"
+
+
+class EstateIsolation(LeafEffect):
+    hosts = models.JSONField(default=list)
+
+    def __str__(self) -> str:
+        return ", ".join(self.hosts)
+
+
+class EstateNotice(LeafEffect):
+    recipients = models.JSONField(default=list)
+    message = models.TextField()
+
+    def __str__(self) -> str:
+        return self.message[:80]
+
+
+# The fraud pack's demo account data (planning.packs.fraud.data) --------------------------------
+
+
+class FraudAccount(models.Model):
+    account_id = models.CharField(max_length=20, unique=True)
+    description = models.CharField(max_length=200, blank=True)
+
+    def __str__(self) -> str:
+        return self.account_id
+
+
+class FraudTransaction(models.Model):
+    tx_id = models.CharField(max_length=20, unique=True)
+    account_id = models.CharField(max_length=20, db_index=True)
+    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    counterparty = models.CharField(max_length=200)
+
+    def __str__(self) -> str:
+        return self.tx_id
+
+
+class FraudSanctionedParty(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class FraudAccountFreeze(LeafEffect):
+    freeze_id = models.CharField(max_length=20, unique=True)
+    account_id = models.CharField(max_length=20, db_index=True)
+    reason = models.TextField()
+
+    def __str__(self) -> str:
+        return self.freeze_id
+
+
 # Promoted methods ----------------------------------------------------------------------------
 
 

@@ -48,15 +48,16 @@ def _navigation_counted_on_every_page(settings: Any) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _demo_erp_in_the_test_database() -> None:
-    # Invoice cases are checked against the ERP at submission. Load the demo ERP wherever the
-    # packs are registered: after the test database is migrated and after every flush.
+    # Cases are checked against their pack's systems at submission and act on them. Load the demo
+    # systems (ERP, estate, accounts) wherever the packs are registered: after the test database
+    # is migrated and after every flush, which also undoes what a test's steps did to them.
     from django.apps import apps
     from django.db.models.signals import post_migrate
 
-    from planning.catalogue import load_demo_erp
+    from planning.catalogue import load_demo_systems
 
     post_migrate.connect(
-        lambda **kwargs: load_demo_erp(),
+        lambda **kwargs: load_demo_systems(),
         sender=apps.get_app_config("planning"),
         weak=False,
         dispatch_uid="tests-demo-erp",

@@ -1,5 +1,6 @@
 """Seed the demo: one user per role plus a second analyst, officer and admin, the domain packs with
-their agents and tools, and the invoice pack's demo ERP data (demo mode only)."""
+their agents and tools, and the packs' demo systems: the invoice ERP, the incident estate and the
+fraud account data (demo mode only)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from django.db import transaction
 
 from accounts import roles
 from audit.chain import append_event
-from planning.catalogue import load_demo_erp, sync_packs
+from planning.catalogue import load_demo_systems, sync_packs
 
 DEMO_USERS: tuple[tuple[str, str, str], ...] = (
     ("analyst", roles.ANALYST, "Ana Lyst"),
@@ -43,9 +44,10 @@ class Command(BaseCommand):
             for username, role, full_name in DEMO_USERS:
                 self._ensure_user(username, role, full_name, credentials[username])
             sync_packs()
-            erp_rows = load_demo_erp()
-        if erp_rows:
-            self.stdout.write(f"Loaded {erp_rows} rows of demo ERP data for invoice verification.")
+            loaded = load_demo_systems()
+        for pack, rows in loaded.items():
+            if rows:
+                self.stdout.write(f"Loaded {rows} rows of the {pack} pack's demo systems.")
         self.stdout.write("Demo logins (demo mode only):")
         for username, role, _ in DEMO_USERS:
             self.stdout.write(f"  {username:<10} {credentials[username]:<24} {role}")

@@ -3,15 +3,19 @@
 Static methods (`methods`) choose a full or a light investigation from the case inputs; the
 goal-oriented capabilities (`goals`) use the same rule to choose the goal facts. Both build
 their leaves from `leaves`. Tools (`tools`) read account activity through the `FraudData`
-port (`data`). A case names an account the data knows.
+port (`data`). A case names an account the data knows. Once every step ended, `goal_check`
+reads the account data: a freeze the case made must be recorded on the account.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from planning.core.catalogue import AgentSpec
 from planning.core.pack import DomainPack
 from planning.packs.fraud import goals
-from planning.packs.fraud.data import InMemoryFraudData
+from planning.packs.fraud.data import FraudData, InMemoryFraudData
 from planning.packs.fraud.inputs import FraudCaseInput, check_inputs
 from planning.packs.fraud.methods import METHODS
 from planning.packs.fraud.tools import TOOLS
@@ -71,6 +75,22 @@ AGENTS: tuple[AgentSpec, ...] = (
 )
 
 
+def goal_check(outputs: Mapping[str, Any], data: FraudData) -> list[str]:
+    """Return what keeps a fraud investigation from having reached its goal (none: reached).
+
+    What a case decides must be recorded on the account: every freeze a step made (an output
+    with a `freeze_id`, whatever the step's key) is on the account it names.
+    """
+    problems: list[str] = []
+    for output in outputs.values():
+        if not isinstance(output, Mapping) or not {"account_id", "freeze_id"} <= output.keys():
+            continue
+        account, freeze_id = str(output["account_id"]), str(output["freeze_id"])
+        if freeze_id not in data.freezes(account):
+            problems.append(f"{account} is not frozen: freeze {freeze_id} is not on the account")
+    return problems
+
+
 PACK = DomainPack(
     slug="fraud",
     name="Fraud investigation",
@@ -86,4 +106,5 @@ PACK = DomainPack(
     goal_facts=goals.goal_facts,
     # LLM and hybrid planning of this pack use this agent's model and system prompt when set.
     planner_agent="fraud-analyst",
+    goal_check=goal_check,
 )

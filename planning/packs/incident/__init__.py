@@ -4,7 +4,9 @@ Static methods (`methods`) handle a database outage and a security breach; any o
 no method on purpose, so hybrid planning asks the LLM for that subtree. The goal-oriented
 capabilities (`goals`) pick their goal facts by kind. Both build their leaves from `leaves`.
 Tools (`tools`) act on the estate through the `Infrastructure` port (`infrastructure`). An
-outage names a database the estate runs, and affected hosts must exist.
+outage names a database the estate runs, and affected hosts must exist. Once every step ended,
+`goal_check` reads the estate: a failed-over service must answer, isolated hosts must not, and
+no notice may claim a recovery the estate refutes.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from planning.core.catalogue import AgentSpec
 from planning.core.pack import DomainPack
 from planning.packs.incident import goals
+from planning.packs.incident.goal_check import goal_check
 from planning.packs.incident.infrastructure import InMemoryInfrastructure
 from planning.packs.incident.inputs import IncidentCaseInput, check_inputs
 from planning.packs.incident.methods import METHODS
@@ -77,4 +80,5 @@ PACK = DomainPack(
     check_data=check_inputs,
     capabilities=goals.capabilities,
     goal_facts=goals.goal_facts,
+    goal_check=goal_check,
 )

@@ -1,20 +1,55 @@
-"""The estate the incident tools act on: its port, an in-memory port, and the demo estate."""
+"""The estate the incident tools act on: its port, an in-memory port, and the demo estate.
+
+The Django side supplies a database-backed port (`planning.catalogue.DatabaseInfrastructure`)
+over the same estate, loaded from `DEMO_INFRASTRUCTURE`: its fail-overs, isolations and notices
+last from one step to the next, once per the acting leaf's idempotency key.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from planning.core.catalogue import ToolCall
+
+# The demo estate. orders-db's primary is down and its replica up: a fail-over restores it.
+# inventory-db's primary and replica are both down: a fail-over promotes a replica that does not
+# answer, so the service stays down. billing-db is healthy. web-2 shows a break-in in its logs.
 DEMO_INFRASTRUCTURE: Mapping[str, Any] = {
     "databases": {
-        "orders-db": {"primary": "db-orders-1", "replica": "db-orders-2"},
-        "billing-db": {"primary": "db-billing-1", "replica": "db-billing-2"},
+        "orders-db": {
+            "primary": "db-orders-1",
+            "replica": "db-orders-2",
+            "description": "primary db-orders-1 down, replica db-orders-2 up: a fail-over "
+            "restores it",
+        },
+        "inventory-db": {
+            "primary": "db-inventory-1",
+            "replica": "db-inventory-2",
+            "description": "primary db-inventory-1 and replica db-inventory-2 both down: a "
+            "fail-over does not restore it",
+        },
+        "billing-db": {
+            "primary": "db-billing-1",
+            "replica": "db-billing-2",
+            "description": "healthy: primary db-billing-1 and replica db-billing-2 both up",
+        },
     },
-    "down_hosts": ("db-orders-1",),
-    "hosts": ("web-1", "web-2", "db-orders-1", "db-orders-2", "db-billing-1", "db-billing-2"),
+    "down_hosts": ("db-orders-1", "db-inventory-1", "db-inventory-2"),
+    "hosts": {
+        "web-1": "web server",
+        "web-2": "web server; its logs show a break-in",
+        "db-orders-1": "orders-db primary (down)",
+        "db-orders-2": "orders-db replica",
+        "db-inventory-1": "inventory-db primary (down)",
+        "db-inventory-2": "inventory-db replica (down)",
+        "db-billing-1": "billing-db primary",
+        "db-billing-2": "billing-db replica",
+    },
     "owners": {
         "orders-db": ("orders-team@example.com", "cto@example.com"),
+        "inventory-db": ("warehouse-team@example.com", "cto@example.com"),
         "billing-db": ("billing-team@example.com", "cfo@example.com"),
     },
     "logs": {
@@ -26,19 +61,33 @@ DEMO_INFRASTRUCTURE: Mapping[str, Any] = {
     },
 }
 
+# Who hears of an incident on a service that names no owners.
+DEFAULT_OWNERS: tuple[str, ...] = ("oncall@example.com",)
+
 
 class Infrastructure(Protocol):
-    """Operations access for the incident tools."""
+    """Operations access for the incident tools and the pack's goal check.
+
+    The effects (`fail_over`, `isolate`, `send`) happen once per idempotency key of the leaf
+    the port acts for (`with_call`); a repeated call returns what the first one did.
+    """
 
     def has_host(self, host: str) -> bool: ...
 
     def has_database(self, service: str) -> bool: ...
 
-    def fail_over(self, service: str) -> tuple[str, str]: ...
+    def fail_over(self, service: str) -> tuple[str, str]:
+        """Promote the other host of `service` to primary; return (old, new) primary.
+
+        Raises LookupError for an unknown service.
+        """
+        ...
 
     def is_reachable(self, host: str) -> bool: ...
 
-    def primary(self, service: str) -> str: ...
+    def primary(self, service: str) -> str:
+        """Return the current primary of `service`; raise LookupError for an unknown one."""
+        ...
 
     def isolate(self, hosts: Sequence[str]) -> Sequence[str]: ...
 
@@ -57,10 +106,17 @@ class InMemoryInfrastructure:
     primaries: dict[str, str] = field(default_factory=dict)
     isolated: set[str] = field(default_factory=set)
     sent: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
+    # What each idempotency key did, shared by the ports `with_call` returns.
+    done: dict[tuple[str, str], Any] = field(default_factory=dict)
+    key: str = ""
 
     def __post_init__(self) -> None:
         for service, db in self.data["databases"].items():
             self.primaries.setdefault(service, db["primary"])
+
+    def with_call(self, call: ToolCall) -> InMemoryInfrastructure:
+        """Return this estate acting for one leaf: its effects happen once per the leaf's key."""
+        return replace(self, key=call.idempotency_key)
 
     def has_host(self, host: str) -> bool:
         return host in self.data["hosts"]
@@ -74,10 +130,16 @@ class InMemoryInfrastructure:
         return self.primaries[service]
 
     def fail_over(self, service: str) -> tuple[str, str]:
-        db = self.data["databases"][service]
+        if self.key and ("fail_over", self.key) in self.done:
+            return self.done[("fail_over", self.key)]  # type: ignore[no-any-return]
+        db = self.data["databases"].get(service)
+        if db is None:
+            raise LookupError(f"unknown database service {service!r}")
         old = self.primary(service)
         new = db["replica"] if old == db["primary"] else db["primary"]
         self.primaries[service] = new
+        if self.key:
+            self.done[("fail_over", self.key)] = (old, new)
         return old, new
 
     def is_reachable(self, host: str) -> bool:
@@ -88,15 +150,23 @@ class InMemoryInfrastructure:
         )
 
     def isolate(self, hosts: Sequence[str]) -> Sequence[str]:
-        known = [h for h in hosts if h in self.data["hosts"]]
+        if self.key and ("isolate", self.key) in self.done:
+            return self.done[("isolate", self.key)]  # type: ignore[no-any-return]
+        known = tuple(h for h in dict.fromkeys(hosts) if h in self.data["hosts"])
         self.isolated.update(known)
+        if self.key:
+            self.done[("isolate", self.key)] = known
         return known
 
     def logs(self, host: str) -> Sequence[str]:
         return tuple(self.data["logs"].get(host, ()))
 
     def owners(self, service: str) -> Sequence[str]:
-        return tuple(self.data["owners"].get(service, ("oncall@example.com",)))
+        return tuple(self.data["owners"].get(service, DEFAULT_OWNERS))
 
     def send(self, recipients: Sequence[str], message: str) -> None:
+        if self.key and ("send", self.key) in self.done:
+            return
         self.sent.append((tuple(recipients), message))
+        if self.key:
+            self.done[("send", self.key)] = True

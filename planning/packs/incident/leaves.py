@@ -67,7 +67,10 @@ def verify_connectivity(service: str) -> Step:
 
 
 def notify_recovery(service: str) -> Step:
-    """Return the leaf that tells the service's owners it is back, with the connectivity check."""
+    """Return the leaf that tells the service's owners whether it is back: the connectivity check.
+
+    The summary claims nothing: the notice says what the check found (`tools.notify_stakeholders`).
+    """
     return Step(
         key="notify-stakeholders",
         agent="comms-officer",
@@ -75,7 +78,7 @@ def notify_recovery(service: str) -> Step:
         tool="notify_stakeholders",
         inputs={
             "service": service,
-            "summary": f"{service} is back in service",
+            "summary": f"Outage of {service}",
             "detail": ref("verify-connectivity"),
         },
         expected_output="NotifyResult",

@@ -5,6 +5,7 @@ Every tool takes its validated input model and an `Infrastructure` port.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field
@@ -57,7 +58,9 @@ class NotifyInput(PackModel):
 
 
 class NotifyResult(PackModel):
+    service: str
     recipients: list[str]
+    message: str
 
 
 def fail_over_database(args: FailoverInput, infra: Infrastructure) -> FailoverResult:
@@ -84,12 +87,28 @@ def collect_logs(args: LogsInput, infra: Infrastructure) -> LogsResult:
     return LogsResult(entries={h: list(infra.logs(h)) for h in args.hosts})
 
 
+def _described(detail: Mapping[str, Any]) -> str:
+    # A connectivity check reads as what it found, so a notice never hides that the service
+    # still does not answer.
+    if {"service", "primary", "reachable"} <= detail.keys():
+        if detail["reachable"] is True:
+            return (
+                f"{detail['service']} answers on its primary {detail['primary']}; "
+                "it is back in service"
+            )
+        return (
+            f"{detail['service']} does not answer on its primary {detail['primary']}; "
+            "it is still down"
+        )
+    return str(dict(detail))
+
+
 def notify_stakeholders(args: NotifyInput, infra: Infrastructure) -> NotifyResult:
-    """Send the incident summary to the service's owners."""
+    """Send the incident summary to the service's owners, with what the detail found."""
     recipients = list(infra.owners(args.service))
-    message = args.summary if args.detail is None else f"{args.summary}: {args.detail}"
+    message = args.summary if args.detail is None else f"{args.summary}: {_described(args.detail)}"
     infra.send(recipients, message)
-    return NotifyResult(recipients=recipients)
+    return NotifyResult(service=args.service, recipients=recipients, message=message)
 
 
 TOOLS: tuple[ToolSpec, ...] = (

@@ -16,7 +16,7 @@ from typing import Any
 from planning.core.catalogue import AgentSpec
 from planning.core.pack import DomainPack
 from planning.packs.invoice import goals
-from planning.packs.invoice.erp import InMemoryErp
+from planning.packs.invoice.erp import ErpData, InMemoryErp
 from planning.packs.invoice.inputs import InvoiceCaseInput, check_inputs
 from planning.packs.invoice.methods import METHODS
 from planning.packs.invoice.tools import TOOLS
@@ -78,11 +78,11 @@ AGENTS: tuple[AgentSpec, ...] = (
 )
 
 
-def goal_check(outputs: Mapping[str, Any]) -> list[str]:
+def goal_check(outputs: Mapping[str, Any], erp: ErpData | None) -> list[str]:
     """Return what keeps a run from having verified its invoice (goal-level verification).
 
     The audit report must be there, and the payment hold must follow its recommendation: placed
-    when it says hold, not placed when it says approve.
+    when it says hold, not placed when it says approve. The outputs say it all: `erp` is unread.
     """
     report = outputs.get("audit-report")
     if not isinstance(report, Mapping):

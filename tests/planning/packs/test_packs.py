@@ -218,11 +218,12 @@ def test_other_incident_kinds_have_no_method():
 def test_the_invoice_goal_holds_when_the_hold_follows_the_reports_recommendation() -> None:
     from planning.packs.invoice import goal_check
 
+    erp = InMemoryErp()
     report = {"findings": ["duplicate payment"], "recommendation": "hold"}
-    assert goal_check({"audit-report": report, "place-hold": {"placed": True}}) == []
-    assert goal_check({"audit-report": report, "place-hold": {"placed": False}}) == [
+    assert goal_check({"audit-report": report, "place-hold": {"placed": True}}, erp) == []
+    assert goal_check({"audit-report": report, "place-hold": {"placed": False}}, erp) == [
         "the report recommends 'hold' but the hold was not placed"
     ]
     clean = {"findings": [], "recommendation": "approve"}
-    assert goal_check({"audit-report": clean, "place-hold": {"placed": False}}) == []
-    assert goal_check({}) == ["no audit report was compiled"]
+    assert goal_check({"audit-report": clean, "place-hold": {"placed": False}}, erp) == []
+    assert goal_check({}, erp) == ["no audit report was compiled"]

@@ -1,0 +1,71 @@
+"""What an incident response must leave true, checked against the estate after the last step.
+
+A fail-over must leave its service answering on its new primary; isolated hosts must no longer
+answer; and no notice may tell the stakeholders a service is back while it does not answer.
+Outputs are recognised by their shape (the tools' result models), not by step keys, so plans
+the LLM made are checked the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from planning.packs.incident.infrastructure import Infrastructure
+
+# Words with which a notice claims a service is back; a negation just before one takes it back.
+_RECOVERY = re.compile(
+    r"\b(back in service|back online|back up|is back|are back|restored|recovered|resolved|"
+    r"up again|operational again)\b",
+    re.IGNORECASE,
+)
+_NEGATION = re.compile(r"\b(not|never|no longer|isn't|is not|aren't|wasn't)\s+(\w+\s+)?$")
+
+
+def claims_recovery(text: str) -> bool:
+    """Tell whether a notice's text says the service is back (and does not negate it)."""
+    for match in _RECOVERY.finditer(text):
+        before = text[max(0, match.start() - 30) : match.start()]
+        if not _NEGATION.search(before.lower()):
+            return True
+    return False
+
+
+def _answers(infra: Infrastructure, service: str) -> tuple[bool, str]:
+    primary = infra.primary(service)
+    return infra.is_reachable(primary), primary
+
+
+def goal_check(outputs: Mapping[str, Any], infra: Infrastructure) -> list[str]:
+    """Return what keeps an incident response from having reached its goal (none: reached)."""
+    problems: list[str] = []
+    for output in outputs.values():
+        if not isinstance(output, Mapping):
+            continue
+        if {"service", "old_primary", "new_primary"} <= output.keys():
+            service = str(output["service"])
+            if not infra.has_database(service):
+                problems.append(f"{service} is not a database the estate runs")
+                continue
+            answers, primary = _answers(infra, service)
+            if not answers:
+                problems.append(
+                    f"{service} does not answer after the fail-over: its primary {primary} "
+                    "is unreachable"
+                )
+        elif isinstance(output.get("isolated"), list):
+            for host in output["isolated"]:
+                if infra.is_reachable(str(host)):
+                    problems.append(f"{host} still answers on the network after its isolation")
+        elif {"service", "recipients", "message"} <= output.keys():
+            service, message = str(output["service"]), str(output["message"])
+            if not infra.has_database(service) or not claims_recovery(message):
+                continue
+            answers, primary = _answers(infra, service)
+            if not answers:
+                problems.append(
+                    f"the stakeholders were told “{message}”, but {service} does not answer: "
+                    f"its primary {primary} is unreachable"
+                )
+    return problems
