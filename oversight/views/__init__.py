@@ -361,8 +361,17 @@ def case_trail(request: HtmxHttpRequest, case_id: int) -> HttpResponse:
         "integrity": _integrity(chain),
         "can_export": request.user.has_perm(EXPORT_AUDIT),
         "signing_keys": _signing_keys(),
+        # How many times the key list has asked for the key an export is making (see the page).
+        "key_wait": _key_wait(request),
     }
-    return render_partial(request, "oversight/case_trail.html", context, partials={"trail-events"})
+    return render_partial(
+        request, "oversight/case_trail.html", context, partials={"trail-events", "signing-keys"}
+    )
+
+
+def _key_wait(request: HtmxHttpRequest) -> int:
+    value = request.GET.get("key_wait", "")
+    return int(value) if value.isdigit() and len(value) < 3 else 0
 
 
 @require_POST

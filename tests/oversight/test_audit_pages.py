@@ -320,6 +320,36 @@ def test_the_page_shows_the_current_and_retired_keys_for_download(auditor: Any, 
     assert client.get("/audit/keys/0000000000000000.pub").status_code == 404
 
 
+def test_the_key_list_shows_the_key_the_first_export_made(auditor: Any, case: Case) -> None:
+    client = client_for(auditor)
+    html = client.get(trail_url(case)).content.decode()
+    region = html.split('<div id="signing-keys"', 1)[1].split(">", 1)[0]
+    # Before any export: no key, and the list asks again once the export form is sent.
+    assert 'data-note="no-key"' in html
+    assert 'hx-trigger="submit from:.export-form delay:1s"' in region
+    assert f'hx-get="{trail_url(case)}?key_wait=1"' in region
+
+    def key_list(wait: int) -> str:
+        response = client.get(
+            trail_url(case),
+            {"key_wait": wait},
+            headers={"HX-Request": "true", "HX-Target": "signing-keys"},
+        )
+        assert response.status_code == 200
+        return response.content.decode()
+
+    # Asked before the export has made the key: it asks again a moment later.
+    waiting = key_list(1)
+    assert "<h1>" not in waiting and 'data-note="no-key"' in waiting
+    assert 'hx-trigger="load delay:1s"' in waiting and "key_wait=2" in waiting
+    client.post(reverse("oversight:case-trail-export", args=[case.pk]))
+    key = signing.current_key()
+    shown = key_list(2)
+    assert "<h1>" not in shown
+    assert f'<tr data-key="{key.key_id}">' in shown and "<td>current</td>" in shown
+    assert "hx-get" not in shown.split("<table", 1)[0]
+
+
 # Links to the trail --------------------------------------------------------------------------
 
 
