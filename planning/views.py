@@ -31,6 +31,7 @@ from planning.catalogue import data_port, registered_packs
 from planning.core.llm.budget import ScopeStatus, format_usd
 from planning.display import duration, value_rows
 from planning.dot import STATUS_COLOURS, plan_dot
+from planning.estimates import LlmSteps, form_llm_steps, llm_steps, rounds_per_step
 from planning.forms import INPUT_PREFIX, INPUTS_OF, CaseForm, InputCheck, input_field_name
 from planning.models import Case, CaseStatus, PlanNode, Strategy
 from planning.planner import (
@@ -77,19 +78,52 @@ def llm_estimate(form: CaseForm) -> str:
         depth = 0
     if not low <= depth <= high:
         return f"Choose a depth between {low} and {high} to see the expected LLM calls."
+    # The steps an llm agent runs call its model too: counted with the planning calls.
+    steps = _llm_steps(form, depth)
     if strategy == Strategy.HYBRID and not form.has_provider:
         return (
-            "No LLM calls: this server has no LLM provider, so hybrid plans with the domain "
-            "pack's static methods only, and fails where they do not cover the case."
+            "No LLM calls to plan: this server has no LLM provider, so hybrid plans with the "
+            "domain pack's static methods only, and fails where they do not cover the case. "
+            + _steps_sentence(steps)
         )
     calls = expected_llm_calls(strategy, depth)
     if calls is None:
-        return "No LLM calls: this strategy plans from the domain pack's methods."
+        return (
+            "No LLM calls to plan: this strategy plans from the domain pack's methods. "
+            + _steps_sentence(steps)
+        )
     plural = "call" if calls == 1 else "calls"
-    text = f"Up to {calls} LLM {plural} (b = {DEFAULT_BRANCHING}, depth {depth})"
+    text = f"Up to {calls} LLM {plural} (b = {DEFAULT_BRANCHING}, depth {depth}) to plan the case"
     if strategy == Strategy.HYBRID:
         text += ", fewer when static methods cover part of the plan"
-    return text + "."
+    return (
+        f"{text}. Each step the plan gives an LLM agent makes up to {rounds_per_step()} more "
+        "when it runs."
+    )
+
+
+def _llm_steps(form: CaseForm, depth: int) -> LlmSteps | None:
+    # Previewed once per form (the estimate and the budget notes both read it).
+    if not hasattr(form, "llm_steps_preview"):
+        form.llm_steps_preview = form_llm_steps(form, depth)  # type: ignore[attr-defined]
+    steps: LlmSteps | None = form.llm_steps_preview  # type: ignore[attr-defined]
+    return steps
+
+
+def _steps_sentence(steps: LlmSteps | None) -> str:
+    if steps is None:
+        return "Whether the plan has steps for an LLM agent shows once the inputs are valid."
+    if not steps.count:
+        return "The plan has no step for an LLM agent: no LLM calls in all."
+    return f"The plan has {steps.summary}."
+
+
+def _llm_steps_note(form: CaseForm) -> list[BudgetNote]:
+    """Return the warning that the plan has llm steps this installation cannot run, if it has."""
+    steps = getattr(form, "llm_steps_preview", None)
+    if steps is None or not steps.cannot_run:
+        return []
+    return [BudgetNote("llm-steps", steps.warning, is_warning=True)]
 
 
 # The prompt of a typical planning request, in tokens (system rules, goal, agents, schema): the
@@ -320,7 +354,7 @@ def case_new(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "form": form,
         "estimate": llm_estimate(form),
-        "budget_notes": llm_budget_notes(form),
+        "budget_notes": _llm_steps_note(form) + llm_budget_notes(form),
         "domain_label": labels.get(form.domain_slug, form.domain_slug),
         "inputs_of": form.domain_slug,
         "source": source,
@@ -503,6 +537,9 @@ def _case_context(request: HtmxHttpRequest, case: Case) -> dict[str, object]:
         "input_rows": input_rows,
         "inputs_json": inputs_json,
         "resubmit_url": (f"{reverse('planning:case-new')}?from={case.pk}" if can_resubmit else ""),
+        # The steps an llm agent runs: counted with the planning calls, and a warning where
+        # this installation cannot run them.
+        "llm_steps": llm_steps((leaf.key, leaf.agent) for leaf in leaves) if leaves else None,
         "result": _result(case, leaves),
         # The promoted methods that planned this version (a query only when one did).
         "promoted_origins": promoted_origins(

@@ -46,6 +46,7 @@ from planning.catalogue import registered_packs
 from planning.core.diff import PlanDiff, diff_plans
 from planning.core.refs import REF_KEY, is_ref
 from planning.dot import plan_dot
+from planning.estimates import llm_steps
 from planning.models import PlanNode, PlanVersion, Tool
 from planning.queries import case_for, visible_cases
 from planning.versions import load_plan
@@ -381,6 +382,8 @@ def _gate_context(
             for leaf in (leaves if node is None else [])
         ],
         "leaf_count": len(leaves),
+        # A plan's llm steps this installation has no provider for: said before approval.
+        "llm_steps": llm_steps((n.key, n.agent) for n in leaves) if node is None else None,
         # A step's reason is its one finding's detail: say it once, in the findings.
         "reason_in_findings": gate.reason
         in {f.get("detail") for f in gate.reasons or () if isinstance(f, dict)},

@@ -336,7 +336,8 @@ REFRESH_INCLUDES = {
 def test_refreshes_never_put_texts_or_the_csrf_token_in_a_url(analyst: Any, packs: None) -> None:
     page = client_for(analyst).get(reverse("planning:case-new")).content.decode()
     form = read_form(page)
-    assert len(form.hx_includes) == 2  # the domain refresh and the estimate refresh
+    # The domain refresh and the estimate's refreshes (after a planning option or an input).
+    assert len(form.hx_includes) == 3
     for include in form.hx_includes:
         selectors = {part.strip() for part in include.split(",")}
         assert selectors <= REFRESH_INCLUDES, include
@@ -406,7 +407,7 @@ def test_description_limit_is_the_rule_and_the_error_gives_the_count(
     [
         ("llm", 3, "Up to 31 LLM calls (b = 5, depth 3)"),
         ("llm", 1, "Up to 1 LLM call (b = 5, depth 1)"),
-        ("hybrid", 2, "Up to 6 LLM calls (b = 5, depth 2), fewer when static methods"),
+        ("hybrid", 2, "Up to 6 LLM calls (b = 5, depth 2) to plan the case, fewer when static"),
         ("static", 4, "No LLM calls"),
         ("static", 9, "Choose a depth between 1 and 5"),
     ],
