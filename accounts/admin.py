@@ -22,12 +22,13 @@ from django.contrib.auth import admin as auth_admin
 from django.contrib.auth import password_validation
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.decorators import method_decorator
 from django.utils.html import format_html
+from django.utils.text import capfirst
 from django.views.decorators.debug import sensitive_post_parameters
 
 from accounts import oidc_mappings, signin, users
@@ -64,12 +65,26 @@ def _refused(request: HttpRequest, error: users.UserChangeRefused) -> None:
     messages.error(request, f"Refused: {error.why}.")
 
 
+def _menu(model: type[Model]) -> str:
+    """Return where the admin lists `model`'s rows, as its index names them ("Accounts > …")."""
+    return f"{model._meta.app_config.verbose_name} > {capfirst(model._meta.verbose_name_plural)}"
+
+
+def _grant_waits(grant: RoleGrantRequest, whose: str = "") -> str:
+    """Return the sentence saying the grant waits for a second admin, and where."""
+    # Role (group) names as they are, never first in a sentence, where they would want a capital.
+    many = len(grant.roles) > 1
+    return (
+        f"The {', '.join(grant.roles)} role{'s' if many else ''}{whose} "
+        f"wait{'' if many else 's'} for a second admin ({_menu(RoleGrantRequest)})."
+    )
+
+
 def _grant_pending(request: HttpRequest, user: User, pending: RoleGrantRequest | None) -> None:
     if pending is not None:
         messages.warning(
             request,
-            f"The {', '.join(pending.roles)} role of {user.username} waits for a second admin "
-            "(Oversight > Role grant requests).",
+            _grant_waits(pending, f" of {user.username}"),
         )
 
 
@@ -100,10 +115,7 @@ class UserRolesForm(UserForm):
             self.fields["roles"].initial = users.role_names(self.instance)
             pending = users.pending_role_grant(self.instance)
             if pending is not None:
-                self.fields["roles"].help_text = (
-                    f"{', '.join(pending.roles)} waits for a second admin "
-                    "(Oversight > Role grant requests)."
-                )
+                self.fields["roles"].help_text = _grant_waits(pending)
 
 
 class PasswordFieldsMixin(forms.Form):
@@ -392,7 +404,7 @@ class CaseHubUserAdmin(admin.ModelAdmin):
                     messages.warning(
                         request,
                         "The new password waits for a second admin's approval "
-                        "(Oversight > Password reset requests).",
+                        f"({_menu(PasswordResetRequest)}).",
                     )
                 return HttpResponseRedirect(reverse("admin:auth_user_change", args=[user.pk]))
         else:
@@ -668,8 +680,8 @@ class GroupMappingAdmin(admin.ModelAdmin):
         if isinstance(made, OidcMappingRequest):
             messages.warning(
                 request,
-                f"{made.group} → {made.role} waits for a second admin "
-                "(Accounts > OIDC group mapping proposals).",
+                f"Mapping {made.group} → {made.role} waits for a second admin "
+                f"({_menu(OidcMappingRequest)}).",
             )
         else:
             obj.pk = made.pk

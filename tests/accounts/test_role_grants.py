@@ -374,7 +374,14 @@ def test_through_the_admin_forms_the_officer_role_waits_for_a_second_admin() -> 
     page = client_for(adam).post(reverse("admin:auth_user_add"), add_form(), follow=True)
     assert page.status_code == 200
     html = page.content.decode()
-    assert "The compliance officer role of nadia waits for a second admin" in html
+    # The message names the menu the admin index shows the requests under, and the role as it is.
+    assert (
+        "The compliance officer role of nadia waits for a second admin "
+        "(Accounts &gt; Role grant requests)." in html
+    )
+    index = client_for(adam).get(reverse("admin:index")).content.decode()
+    accounts = index.split('<div class="app-accounts module', 1)[1].split("</table>", 1)[0]
+    assert ">Accounts</a>" in accounts and ">Role grant requests</a>" in accounts
     nadia = User.objects.get(username="nadia")
     assert nadia.check_password(SOCK_PASSWORD)
     assert users.role_names(nadia) == [roles.ANALYST]
@@ -383,7 +390,10 @@ def test_through_the_admin_forms_the_officer_role_waits_for_a_second_admin() -> 
 
     # The user's page says what waits; the list shows the request and who controls the account.
     change = client_for(adam).get(reverse("admin:auth_user_change", args=[nadia.pk]))
-    assert "compliance officer waits for a second admin" in change.content.decode()
+    assert (
+        "The compliance officer role waits for a second admin (Accounts > Role grant requests)."
+        in change.content.decode()
+    )
     listing = client_for(alice).get(GRANTS_URL)
     assert listing.status_code == 200
     assert "nadia" in listing.content.decode() and 'name="reason"' in listing.content.decode()
