@@ -9,7 +9,15 @@ import pytest
 
 from audit.models import AuditEvent
 from execution.models import LeafAttempt
-from planning.models import CaseStatus, ErpPaymentHold, NodeStatus, PlanNode
+from planning.models import (
+    CaseStatus,
+    ErpPaymentHold,
+    EstateDatabase,
+    EstateFailover,
+    EstateNotice,
+    NodeStatus,
+    PlanNode,
+)
 from tests.integration.execution import Harness, approve_plan, kill, leaf, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -83,6 +91,52 @@ def test_the_invoice_case_runs_on_a_real_worker_and_holds_the_payment_once(
     report = leaf(case, "audit-report").output
     assert any("duplicate payment" in finding for finding in report["findings"])
     assert ErpPaymentHold.objects.filter(invoice_id="INV-1042").count() == 1
+
+
+@pytest.mark.scenario("E6")
+def test_incident_cases_on_real_workers_fail_over_and_notify_once_even_with_messages_repeated(
+    harness: Harness, analyst: Any, officer: Any
+) -> None:
+    from execution import dispatch
+    from oversight.actions.gates import DecisionInput, decide_gate
+    from oversight.models import Gate, GateKind, GateStatus
+    from tests.execution.test_pack_outcomes import NOT_RESTORED, outage_case
+    from tests.personas import PASSWORD
+
+    restored = outage_case(analyst, "orders-db")
+    refuted = outage_case(analyst, "inventory-db")
+    first, second = harness.worker(), harness.worker()
+    try:
+        for case in (restored, refuted):
+            approve_plan(case, officer)
+            for gate in Gate.objects.filter(
+                case=case, kind=GateKind.STEP, status=GateStatus.PENDING
+            ):
+                decide_gate(
+                    gate_id=gate.pk,
+                    user=officer,
+                    decision=DecisionInput(decision="approve", password=PASSWORD),
+                )
+            for key in ("fail-over", "notify-stakeholders"):
+                for _ in range(3):  # the message redelivered, and sent again by a second scheduler
+                    dispatch.send_leaf(leaf(case, key).pk)
+        for case in (restored, refuted):
+            wait_until("the case to end", lambda c=case: leaf(c, "notify-stakeholders").status
+                       == "succeeded", workers=(first, second))  # fmt: skip
+    finally:
+        first.stop()
+        second.stop()
+    restored.refresh_from_db()
+    refuted.refresh_from_db()
+    assert restored.status == CaseStatus.COMPLETED, restored.verification
+    assert refuted.status == CaseStatus.FAILED
+    assert refuted.verification["reasons"] == [NOT_RESTORED]
+    for case in (restored, refuted):
+        assert leaf(case, "fail-over").attempts == leaf(case, "notify-stakeholders").attempts == 1
+    assert EstateFailover.objects.filter(service="orders-db").count() == 1
+    assert EstateFailover.objects.filter(service="inventory-db").count() == 1
+    assert EstateNotice.objects.count() == 2
+    assert EstateDatabase.objects.get(service="orders-db").current_primary == "db-orders-2"
 
 
 @pytest.mark.scenario("S11", "E8")
