@@ -65,6 +65,14 @@ logger = logging.getLogger(__name__)
 # validation walks them (Python's json gives up near 1,000 levels with a RecursionError).
 JSON_MAX_DEPTH = 32
 JSON_MAX_VALUES = 10_000
+# Longer query strings are refused (414 in JSON) before anything reads them. The list endpoints'
+# parameters need a few dozen characters; gunicorn lets request lines through up to 8,190 bytes
+# (observability/gunicorn.py), so a longer one still reaches this answer.
+QUERY_MAX_LENGTH = 2048
+# The text every string of the OpenAPI document admits: no NUL, no lone surrogate (what
+# `rules.text_problem` refuses with 422), as a JSON Schema (ECMA 262) and Python regex.
+TEXT_PATTERN = r"^[^\x00\ud800-\udfff]*$"
+REFUSED_TEXT = "NUL characters or lone surrogates in any string or key"
 
 
 class InputRejected(Exception):
@@ -185,6 +193,8 @@ def _api_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     # not redirect to the HTML login page; and ninja's plain-text 405 becomes JSON like the rest.
     @wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if len(request.META.get("QUERY_STRING", "")) > QUERY_MAX_LENGTH:
+            return _error(f"The query string is longer than {QUERY_MAX_LENGTH:,} characters.", 414)
         try:
             response = view(request, *args, **kwargs)
         except Http404 as exc:  # raised outside an operation, e.g. by ninja's root view
@@ -210,9 +220,14 @@ def _shared_refusals(operation: Mapping[str, Any]) -> Iterator[tuple[int, type[S
         yield 400, Message, "The body is not JSON."
         yield 413, Message, "The body is larger than the server accepts."
     if "requestBody" in operation or operation.get("parameters"):
-        yield 422, ValidationMessage, "Invalid input; `fields` names every problem."
+        yield (
+            422,
+            ValidationMessage,
+            f"Invalid input ({REFUSED_TEXT} among them); `fields` names every problem.",
+        )
     if operation.get("security"):
         yield 401, Message, "No valid bearer token."
+    yield 414, Message, f"The query string is longer than {QUERY_MAX_LENGTH:,} characters."
     yield 500, ServerError, "Unexpected server error; `error_id` identifies it in the log."
 
 
@@ -257,6 +272,7 @@ class CaseHubApi(NinjaAPI):
                 shared.__name__,
                 shared.model_json_schema(ref_template="#/components/schemas/{model}"),
             )
+        _admit_storable_text(schema)
         for item in schema["paths"].values():
             for operation in item.values():
                 responses = operation.setdefault("responses", {})
@@ -270,6 +286,21 @@ class CaseHubApi(NinjaAPI):
                         "content": {"application/json": {"schema": ref}},
                     }
         return schema
+
+
+def _admit_storable_text(node: Any) -> None:
+    # Every plain string and every free-form object's keys says what the parser refuses.
+    if isinstance(node, dict):
+        if node.get("type") == "string" and not {"format", "enum", "pattern"} & set(node):
+            node["pattern"] = TEXT_PATTERN
+        free_form = "properties" not in node and node.get("additionalProperties") is not False
+        if node.get("type") == "object" and free_form:
+            node.setdefault("propertyNames", {"pattern": TEXT_PATTERN})
+        for child in list(node.values()):
+            _admit_storable_text(child)
+    elif isinstance(node, list):
+        for child in node:
+            _admit_storable_text(child)
 
 
 api = CaseHubApi(

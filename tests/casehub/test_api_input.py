@@ -1,4 +1,4 @@
-"""The API refuses hostile input cleanly: 400, 413 or 422 in JSON, fast, never a 500.
+"""The API refuses hostile input cleanly: 400, 413, 414 or 422 in JSON, fast, never a 500.
 
 Bodies are sent as raw JSON text so that what reaches the server is exactly what an attacker
 would send: `\\udfff` and `\\u0000` escapes, `NaN`, `1e400`, deep nesting, huge lists.
@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from django.test import Client
 
 from accounts import tokens as api_tokens
 from audit.models import AuditEvent
+from casehub.api import QUERY_MAX_LENGTH, TEXT_PATTERN
 from planning import rules
 from planning.models import Case
 from tests import personas
@@ -146,6 +149,63 @@ def test_a_nul_byte_in_a_query_parameter_is_a_422_naming_it() -> None:
     response = _client(personas.officer()).get("/api/cases?domain=inv%00oice")
     assert response.status_code == 422
     assert list(response.json()["fields"]) == ["domain"]
+
+
+def test_the_schema_says_which_text_is_refused_in_the_username_and_every_string() -> None:
+    schema = _analyst().get("/api/openapi.json").json()
+    ref = schema["paths"]["/api/auth/token"]["post"]["requestBody"]["content"]["application/json"]
+    token_in = schema["components"]["schemas"][ref["schema"]["$ref"].rsplit("/", 1)[-1]]
+    for name in ("username", "password"):
+        pattern = re.compile(token_in["properties"][name]["pattern"])
+        assert pattern.search("ana") and pattern.search("ünïcode ✓")
+        assert not pattern.search("ana\x00") and not pattern.search("ana\udfff"), name
+    strings = [
+        node
+        for node in _schema_nodes(schema)
+        if node.get("type") == "string" and "format" not in node and "enum" not in node
+    ]
+    assert len(strings) > 20 and all(node.get("pattern") == TEXT_PATTERN for node in strings)
+    cases = schema["paths"]["/api/cases"]
+    assert "NUL" in cases["post"]["responses"]["422"]["description"]
+    assert "NUL" in cases["get"]["responses"]["422"]["description"]
+
+
+def _schema_nodes(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        yield node
+        for child in node.values():
+            yield from _schema_nodes(child)
+    elif isinstance(node, list):
+        for child in node:
+            yield from _schema_nodes(child)
+
+
+# Long query strings ---------------------------------------------------------------------------
+
+LIST_URLS = ["/api/cases", "/api/gates", "/api/work-items", "/api/auth/tokens"]
+
+
+@pytest.mark.scenario("W10")
+@pytest.mark.parametrize("url", LIST_URLS)
+def test_an_over_long_query_string_is_a_414_in_json_and_one_at_the_limit_answers(
+    url: str,
+) -> None:
+    client = _client(personas.officer())
+    at_limit = "status=" + "x" * (QUERY_MAX_LENGTH - len("status="))
+    assert client.get(f"{url}?{at_limit}").status_code in {200, 422}
+    body = _assert_refused(_timed_get(client, f"{url}?{at_limit}y"), 414)
+    assert body["message"] == f"The query string is longer than {QUERY_MAX_LENGTH:,} characters."
+
+
+def test_a_long_query_string_is_refused_before_the_token_is_checked() -> None:
+    _assert_refused(_timed_get(Client(), "/api/cases?q=" + "x" * QUERY_MAX_LENGTH), 414)
+
+
+def _timed_get(client: Client, url: str) -> Any:
+    started = time.monotonic()
+    response = client.get(url)
+    response.elapsed = time.monotonic() - started
+    return response
 
 
 # Numbers ------------------------------------------------------------------------------------
@@ -402,6 +462,7 @@ def test_every_operation_documents_its_refusals() -> None:
             assert "422" in codes, where
         if operation.get("security"):
             assert "401" in codes, where
+        assert "414" in codes, where
     paths = schema["paths"]
     assert "413" in paths["/api/cases"]["post"]["responses"]
     assert "413" not in paths["/api/cases"]["get"]["responses"]

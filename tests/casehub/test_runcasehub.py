@@ -250,6 +250,11 @@ def test_runcasehub_serves_plans_and_runs_a_case_on_its_embedded_database_and_st
             assert (status, content_type.split(";")[0]) == (200, "text/css"), href
             assert css
         assert _get(f"{base}/static/casehub/no-such-file.css")[0] == 404
+        # gunicorn lets a request line through up to its largest limit: the API answers a long
+        # query string itself, in JSON (gunicorn's own 414 starts at 4,094 bytes by default).
+        status, content_type, body = _get(f"{base}/api/cases?q={'x' * 6000}")
+        assert (status, content_type) == (414, "application/json"), body[:300]
+        assert json.loads(body)["message"].startswith("The query string is longer than")
         # Beat sends the reconciler on its schedule and the worker runs it.
         ran = re.compile(r"Task planning\.reconcile_planning\[[^]]+\] succeeded")
         deadline = time.monotonic() + 60
