@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from planning.actions import (
 )
 from planning.catalogue import data_port, registered_packs
 from planning.core.llm.budget import ScopeStatus, format_usd
-from planning.display import duration, value_rows
+from planning.display import ValueRow, duration, value_rows
 from planning.dot import STATUS_COLOURS, plan_dot
 from planning.estimates import LlmSteps, form_llm_steps, llm_steps, rounds_per_step
 from planning.forms import INPUT_PREFIX, INPUTS_OF, CaseForm, InputCheck, input_field_name
@@ -423,25 +424,24 @@ def _node_url(case_id: int) -> Callable[[PlanNode], str]:
     return lambda node: f"{head}{node.pk}{tail}"
 
 
-def _inputs_shown(case: Case) -> tuple[list[tuple[str, Any]], str]:
-    """Return the case inputs as (label, value) rows for a pack, or as JSON without one."""
-    if not case.inputs:
-        return [], ""
+def _inputs_shown(case: Case) -> list[ValueRow]:
+    """Return the case inputs as rows of values (a list as its items, yes/no for a flag), a
+    pack's labelled by its titles; only a nested value reads as JSON."""
+    if not case.inputs or not isinstance(case.inputs, dict):
+        return value_rows(case.inputs) if case.inputs else []
     pack = registered_packs().get(case.domain) if case.domain else None
     if pack is None:
-        return [], json.dumps(case.inputs, indent=2, ensure_ascii=False, sort_keys=True)
+        return value_rows(case.inputs)  # free-form keys, as the analyst typed them
     props = pack.input_schema.model_json_schema().get("properties", {})
-    rows = []
-    for name, value in case.inputs.items():
-        label = props.get(name, {}).get("title") or name.replace("_", " ").capitalize()
-        if isinstance(value, bool):
-            shown: Any = "yes" if value else "no"
-        elif isinstance(value, list | dict):
-            shown = json.dumps(value, ensure_ascii=False) if value else "—"
-        else:
-            shown = value
-        rows.append((label, shown))
-    return rows, ""
+    titles = {
+        name.replace("_", " "): props.get(name, {}).get("title")
+        or name.replace("_", " ").capitalize()
+        for name in case.inputs
+    }
+    return [
+        dataclasses.replace(row, label=titles.get(row.label) or row.label)
+        for row in value_rows(case.inputs)
+    ]
 
 
 def _ended_by(case: Case) -> dict[str, str] | None:
@@ -518,7 +518,7 @@ def _case_context(request: HtmxHttpRequest, case: Case) -> dict[str, object]:
     for leaf in leaves:
         counts[leaf.status] = counts.get(leaf.status, 0) + 1
     version = case.current_version
-    input_rows, inputs_json = _inputs_shown(case)
+    input_rows = _inputs_shown(case)
     can_resubmit = case.status == CaseStatus.PLAN_FAILED and rules.can_submit_cases(request.user)
     return {
         "case": case,
@@ -535,7 +535,6 @@ def _case_context(request: HtmxHttpRequest, case: Case) -> dict[str, object]:
             if status in counts
         ],
         "input_rows": input_rows,
-        "inputs_json": inputs_json,
         "resubmit_url": (f"{reverse('planning:case-new')}?from={case.pk}" if can_resubmit else ""),
         # The steps an llm agent runs: counted with the planning calls, and a warning where
         # this installation cannot run them.

@@ -592,11 +592,31 @@ def test_case_page_shows_the_pack_inputs_as_a_definition_list(analyst: Any, pack
     assert "<dt>Check the purchase order</dt><dd>no</dd>" in inputs
 
 
-def test_case_page_shows_domain_less_inputs_as_json(analyst: Any) -> None:
-    case = make_case(analyst, domain="", strategy="llm", inputs={"service": "<pay>"})
+def test_case_page_shows_a_lists_items_as_values_not_json(analyst: Any, packs: None) -> None:
+    case = make_case(
+        analyst,
+        domain="incident",
+        inputs={"kind": "security-breach", "affected_hosts": ["web-1", "<web-2>"]},
+    )
     page = client_for(analyst).get(reverse("planning:case-detail", args=[case.pk])).content.decode()
-    inputs = page.split('data-text="inputs"', 1)[1].split("</div>", 1)[0]
-    assert "&quot;service&quot;: &quot;&lt;pay&gt;&quot;" in inputs
+    inputs = page.split('class="inputs-list"', 1)[1].split("</dl>", 1)[0]
+    assert "<dd>web-1, &lt;web-2&gt;</dd>" in inputs
+    assert "[" not in inputs and "&quot;" not in inputs
+
+
+def test_case_page_shows_domain_less_inputs_as_values(analyst: Any) -> None:
+    case = make_case(
+        analyst,
+        domain="",
+        strategy="llm",
+        inputs={"service": "<pay>", "urgent": True, "detail": {"region": "eu"}},
+    )
+    page = client_for(analyst).get(reverse("planning:case-detail", args=[case.pk])).content.decode()
+    inputs = page.split('class="inputs-list"', 1)[1].split("</dl>", 1)[0]
+    assert "<dt>service</dt><dd>&lt;pay&gt;</dd>" in inputs
+    assert "<dt>urgent</dt><dd>yes</dd>" in inputs
+    # Only a nested value reads as JSON.
+    assert '<dt>detail</dt><dd><pre class="json">' in inputs
 
 
 def test_long_description_and_goal_are_folded_and_short_ones_are_not(analyst: Any) -> None:
