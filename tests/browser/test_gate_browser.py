@@ -15,7 +15,9 @@ from planning.models import Case, CaseStatus
 from tests import personas
 from tests.browser.test_case_flow import _log_in, _watch_console
 from tests.cases import planned_invoice_case
+from tests.execution.test_execution import approve as approve_gate
 from tests.execution.test_execution import run_ready
+from tests.planning.factories import make_case
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -204,3 +206,54 @@ def test_the_payment_holds_gate_shows_the_audit_reports_recommendation_before_an
     page.screenshot(path=str(SCREENS / "hold-gate-signed.png"), full_page=True)
     assert GateDecision.objects.filter(gate=hold_gate, decider=officer).count() == 1
     assert problems == []
+
+
+# Cards stacked in one column with less than this between them (in CSS pixels) touch.
+CARD_GAP_PX = 8
+_TOUCHING_CARDS = """(least) => {
+  const cards = [...document.querySelectorAll('.card')]
+    .filter(e => e.offsetParent !== null)
+    .map(e => [e, e.getBoundingClientRect()]);
+  const name = e => e.id || e.className;
+  const touching = [];
+  for (const [a, ra] of cards) for (const [b, rb] of cards) {
+    if (a === b || a.contains(b) || b.contains(a)) continue;
+    const side = Math.min(ra.right, rb.right) - Math.max(ra.left, rb.left) > 0;
+    const gap = rb.top - ra.bottom;
+    if (side && gap > -1 && gap < least) touching.push(`${name(a)} / ${name(b)}`);
+  }
+  return touching;
+}"""
+
+
+def test_cards_keep_space_between_them_and_a_failed_plan_shows_no_empty_step_panel(
+    page: Any,
+) -> None:
+    sync_packs()
+    analyst = personas.analyst()
+    failed = make_case(analyst, status=CaseStatus.PLAN_FAILED, error="no method matched the goal")
+    case = _invoice_case(analyst)
+    approve_gate(Gate.objects.get(case=case, kind=GateKind.PLAN), personas.officer())
+    run_ready(case)
+    hold = Gate.objects.get(case=case, kind=GateKind.STEP, node__key="place-hold")
+    approve_gate(hold, personas.second_officer(), password=personas.PASSWORD)
+    run_ready(case)
+    case.refresh_from_db()
+    assert case.status == CaseStatus.COMPLETED, case.verification
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    _log_in(page, analyst.username)
+
+    page.goto(f"/cases/{failed.pk}/")
+    page.wait_for_selector('[data-action="resubmit"]')
+    assert page.locator("#node-panel").count() == 0
+    page.screenshot(path=str(SCREENS / "case-plan-failed.png"), full_page=True)
+
+    page.goto(f"/cases/{case.pk}/")
+    page.wait_for_selector('#case-gates[data-loaded="true"]')
+    page.wait_for_selector("#case-result")
+    assert page.locator("#node-panel").count() == 1  # a plan with steps keeps it
+    assert page.evaluate(_TOUCHING_CARDS, CARD_GAP_PX) == []
+    page.screenshot(path=str(SCREENS / "case-completed.png"), full_page=True)
+    page.goto(f"/gates/{hold.pk}/")
+    page.wait_for_selector("[data-signature]")
+    assert page.evaluate(_TOUCHING_CARDS, CARD_GAP_PX) == []
