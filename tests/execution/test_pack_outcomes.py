@@ -129,3 +129,36 @@ def test_quality_counts_a_refuted_outcome_as_a_goal_not_verified(
     assert '<dd data-figure="verified">1 of 2</dd>' in page
     case_page = client.get(reverse("quality:case-quality", args=[refuted.pk])).content.decode()
     assert '<dd data-figure="verified">failed</dd>' in case_page
+
+
+def test_a_fraud_case_reaches_its_goal_only_with_its_freeze_on_the_account(analyst: Any) -> None:
+    from execution.verdicts import verify_goal
+    from planning.catalogue import DatabaseFraudData
+    from planning.core.catalogue import ToolCall
+    from planning.models import FraudAccountFreeze, PlanNode
+
+    case = submit_case(
+        submitter=analyst,
+        title="ACC-300 paid a sanctioned company",
+        goal="Investigate ACC-300",
+        domain="fraud",
+        strategy="static",
+        inputs={"account_id": "ACC-300", "amount": "12500"},
+    )
+    materialise_plan(case.pk)
+    case.refresh_from_db()
+    steps = PlanNode.objects.filter(version_id=case.current_version_id, kind="leaf")
+    assert steps.filter(key="freeze-account").exists()  # a serious case decides to freeze
+    acting = DatabaseFraudData().with_call(ToolCall(idempotency_key="leaf-freeze-account"))
+    freeze_id = acting.freeze("ACC-300", "serious fraud investigation findings")
+    steps.update(status=NodeStatus.SUCCEEDED, output={"done": True})
+    steps.filter(key="freeze-account").update(
+        output={"account_id": "ACC-300", "freeze_id": freeze_id}
+    )
+    verdict = verify_goal(case)
+    assert verdict.passed, verdict.reasons
+    assert "the Fraud investigation rules hold" in verdict.checks
+    FraudAccountFreeze.objects.all().delete()  # the freeze did not last in the account data
+    verdict = verify_goal(case)
+    assert not verdict.passed
+    assert verdict.reasons == (f"ACC-300 is not frozen: freeze {freeze_id} is not on the account",)

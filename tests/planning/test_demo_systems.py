@@ -3,7 +3,11 @@ sees an effect, and each effect happens once per idempotency key, after the leaf
 
 from __future__ import annotations
 
+import io
+from typing import Any
+
 import pytest
+from django.core.management import call_command
 
 from planning.catalogue import (
     DatabaseFraudData,
@@ -18,7 +22,10 @@ from planning.models import (
     EstateHost,
     EstateIsolation,
     EstateNotice,
+    FraudAccount,
     FraudAccountFreeze,
+    FraudSanctionedParty,
+    FraudTransaction,
 )
 from planning.packs import fraud, incident
 from planning.packs.fraud.data import InMemoryFraudData
@@ -58,6 +65,24 @@ def test_the_demo_systems_are_loaded_once_and_the_packs_read_them_from_the_datab
         assert accounts.has_account(account) == in_memory.has_account(account)
         assert accounts.transactions(account) == in_memory.transactions(account)
     assert accounts.sanctioned() == in_memory.sanctioned()
+
+
+def test_make_runs_demo_seeding_loads_the_estate_and_the_accounts(
+    settings: Any, tmp_path: Any
+) -> None:
+    for model in (EstateHost, EstateDatabase, FraudAccount, FraudTransaction, FraudSanctionedParty):
+        model.objects.all().delete()
+    settings.DEMO, settings.VAR_DIR = True, tmp_path
+    out = io.StringIO()
+    call_command("seed_demo", stdout=out)
+    assert "Loaded 11 rows of the incident pack's demo systems." in out.getvalue()
+    assert "Loaded 9 rows of the fraud pack's demo systems." in out.getvalue()
+    assert set(EstateDatabase.objects.values_list("service", flat=True)) == {
+        "orders-db",
+        "inventory-db",
+        "billing-db",
+    }
+    assert DatabaseFraudData().has_account("ACC-300")
 
 
 def test_a_fail_over_lasts_for_the_next_step_and_happens_once_per_key() -> None:
