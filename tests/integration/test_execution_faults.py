@@ -3,6 +3,7 @@ nothing acts twice. Effects are counted by idempotency key (tests/fakes/executio
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -93,6 +94,10 @@ def test_the_invoice_case_runs_on_a_real_worker_and_holds_the_payment_once(
     assert ErpPaymentHold.objects.filter(invoice_id="INV-1042").count() == 1
 
 
+def _notified(case: Any) -> Callable[[], bool]:
+    return lambda: leaf(case, "notify-stakeholders").status == NodeStatus.SUCCEEDED
+
+
 @pytest.mark.scenario("E6")
 def test_incident_cases_on_real_workers_fail_over_and_notify_once_even_with_messages_repeated(
     harness: Harness, analyst: Any, officer: Any
@@ -121,8 +126,7 @@ def test_incident_cases_on_real_workers_fail_over_and_notify_once_even_with_mess
                 for _ in range(3):  # the message redelivered, and sent again by a second scheduler
                     dispatch.send_leaf(leaf(case, key).pk)
         for case in (restored, refuted):
-            wait_until("the case to end", lambda c=case: leaf(c, "notify-stakeholders").status
-                       == "succeeded", workers=(first, second))  # fmt: skip
+            wait_until("the case to end", _notified(case), workers=(first, second))
     finally:
         first.stop()
         second.stop()
