@@ -39,6 +39,20 @@ class StrategyFigures(BaseModel):
     cost_usd: float | None
     valid_by_pack: dict[str, float]
 
+    # The page shows F1 on the scale of its percentages, 0 to 100 (the files keep 0 to 1).
+    @property
+    def node_f1_score(self) -> float:
+        return f1_score(self.node_f1)
+
+    @property
+    def edge_f1_score(self) -> float:
+        return f1_score(self.edge_f1)
+
+
+def f1_score(f1: float) -> float:
+    """Return an F1 (0 to 1) on the page's scale: 0 to 100, to one decimal."""
+    return round(100 * f1, 1)
+
 
 class Evaluation(BaseModel):
     """One model's evaluation run."""
@@ -67,8 +81,8 @@ class Evaluations:
                 "labels": list(result.summary),
                 "valid": [s.valid_pct for s in result.summary.values()],
                 "delivered": [s.delivered_pct for s in result.summary.values()],
-                "node_f1": [round(100 * s.node_f1, 1) for s in result.summary.values()],
-                "edge_f1": [round(100 * s.edge_f1, 1) for s in result.summary.values()],
+                "node_f1": [s.node_f1_score for s in result.summary.values()],
+                "edge_f1": [s.edge_f1_score for s in result.summary.values()],
             }
             for result in self.results
         }

@@ -15,8 +15,8 @@
       var series = [
         ["valid plans (%)", model.valid],
         ["delivered plans (%)", model.delivered],
-        ["node F1 (x 100)", model.node_f1],
-        ["edge F1 (x 100)", model.edge_f1],
+        ["node F1 (0 to 100)", model.node_f1],
+        ["edge F1 (0 to 100)", model.edge_f1],
       ];
       canvas.dataset.drawn = "true";
       new window.Chart(canvas, {

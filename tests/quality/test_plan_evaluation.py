@@ -84,6 +84,21 @@ def test_the_page_shows_every_model_and_names_a_file_it_cannot_read(
     assert _client(officer).get(reverse(URL)).status_code == 200
 
 
+def test_the_page_shows_f1_on_one_scale_in_the_table_and_the_plot(
+    officer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    (tmp_path / "m.json").write_text(json.dumps(_result("m", 40.0)))
+    monkeypatch.setattr(evaluations, "RESULTS_DIR", tmp_path)
+    response = _client(officer).get(reverse(URL))
+    html = response.content.decode()
+    row = html.split('<tr data-strategy="llm-d2">', 1)[1].split("</tr>", 1)[0]
+    cells = [cell.split("</td>", 1)[0] for cell in row.split("<td>")[1:]]
+    # runs, then delivered %, valid %, node F1, edge F1: the F1 of the plot, 0 to 100
+    assert cells[1:5] == ["100.0", "40.0", "50.0", "25.0"]
+    assert response.context["data"]["m"]["node_f1"] == [50.0]
+    assert "node F1 (0 to 100)" in html and "0.500" not in html
+
+
 def test_without_results_the_page_says_how_to_make_them(
     officer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
