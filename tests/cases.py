@@ -44,3 +44,21 @@ def scripted_case(submitter: Any, officer: Any, leaves: list[dict[str, Any]]) ->
     assert case.status == "awaiting_approval", (case.status, case.error)
     approve(Gate.objects.get(case=case, kind=GateKind.PLAN), officer)
     return case
+
+
+def planned_case(
+    submitter: Any, *, domain: str, inputs: dict[str, Any], strategy: str = "static"
+) -> Case:
+    """Submit and plan a case of `domain` through the real actions; its plan gate is pending."""
+    case = submit_case(
+        submitter=submitter,
+        title=f"A {domain} case",
+        goal=f"Handle the {domain} case",
+        domain=domain,
+        strategy=strategy,
+        inputs=inputs,
+    )
+    materialise_plan(case.pk)
+    case.refresh_from_db()
+    assert case.status == "awaiting_approval", case.error
+    return case

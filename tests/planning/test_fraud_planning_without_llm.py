@@ -10,25 +10,15 @@ from typing import Any
 
 import pytest
 
-from planning.actions import materialise_plan, submit_case
-from planning.models import Case, CaseStatus, PlanNode
+from planning.models import Case, PlanNode
+from tests.cases import planned_case
 
 pytestmark = pytest.mark.django_db
 
 
 def _planned_fraud_case(submitter: Any, strategy: str, **inputs: Any) -> Case:
-    case = submit_case(
-        submitter=submitter,
-        title="Check ACC-410",
-        goal="Investigate the flagged payment",
-        domain="fraud",
-        strategy=strategy,
-        inputs={"account_id": "ACC-410", "amount": "120", **inputs},
-    )
-    materialise_plan(case.pk)
-    case.refresh_from_db()
-    assert case.status == CaseStatus.AWAITING_APPROVAL, case.error
-    return case
+    fraud = {"account_id": "ACC-410", "amount": "120", **inputs}
+    return planned_case(submitter, domain="fraud", inputs=fraud, strategy=strategy)
 
 
 def _agents(case: Case) -> dict[str, str]:

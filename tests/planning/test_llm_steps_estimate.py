@@ -9,10 +9,9 @@ import pytest
 from django.urls import reverse
 
 from oversight.models import Gate, GateKind
-from planning.actions import materialise_plan, submit_case
 from planning.catalogue import sync_packs
 from planning.estimates import preview_llm_steps
-from planning.models import Case, CaseStatus
+from tests.cases import planned_case
 from tests.planning.test_views import client_for, htmx_get
 
 pytestmark = pytest.mark.django_db
@@ -75,26 +74,11 @@ def test_a_plan_with_an_llm_step_and_no_provider_is_flagged_on_the_form(settings
     assert preview_llm_steps(domain="incident", strategy="llm", inputs=BREACH, max_depth=2) is None
 
 
-def _planned(analyst: Any, domain: str, inputs: dict[str, Any]) -> Case:
-    case = submit_case(
-        submitter=analyst,
-        title="Case",
-        goal="A goal",
-        domain=domain,
-        strategy="static",
-        inputs=inputs,
-    )
-    materialise_plan(case.pk)
-    case.refresh_from_db()
-    assert case.status == CaseStatus.AWAITING_APPROVAL, case.error
-    return case
-
-
 def test_the_case_page_and_the_plan_gate_say_an_llm_step_cannot_run_without_a_provider(
     analyst: Any, officer: Any, settings: Any
 ) -> None:
     settings.OPENAI_API_KEY = settings.OPENAI_BASE_URL = ""
-    case = _planned(analyst, "incident", BREACH)
+    case = planned_case(analyst, domain="incident", inputs=BREACH)
     client = client_for(officer)
     page = client.get(reverse("planning:case-detail", args=[case.pk])).content.decode()
     assert "0 LLM calls to plan · 1 step for an LLM agent (forensic-analyst)" in page
@@ -112,7 +96,7 @@ def test_a_fraud_plan_made_without_a_provider_shows_no_llm_step_and_no_warning(
     analyst: Any, officer: Any, settings: Any
 ) -> None:
     settings.OPENAI_API_KEY = settings.OPENAI_BASE_URL = ""
-    case = _planned(analyst, "fraud", {"account_id": "ACC-410", "amount": "120"})
+    case = planned_case(analyst, domain="fraud", inputs={"account_id": "ACC-410", "amount": "120"})
     page = client_for(officer).get(reverse("planning:case-detail", args=[case.pk]))
     body = page.content.decode()
     assert "0 LLM calls to plan</span>" in body and NO_PROVIDER_WARNING not in body
