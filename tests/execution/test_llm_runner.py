@@ -17,6 +17,8 @@ from datetime import timedelta
 from typing import Any, Literal
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 from pydantic import Field
 
@@ -509,6 +511,10 @@ def test_without_a_provider_the_leaf_fails_as_configuration_saying_what_to_set_t
     (failed,) = actions(case, "execution.leaf.attempt_failed")
     assert failed.data["failure_kind"] == "configuration"
     assert failed.data["trust_lowered"] is False
+    client = Client()
+    client.force_login(analyst)
+    panel = client.get(reverse("planning:node-detail", args=[case.pk, node.pk])).content.decode()
+    assert 'data-note="trust-unmoved"' in panel and "its trust did not move" in panel
 
 
 def test_a_provider_down_past_the_retries_leaves_the_agents_trust_where_it_was(
