@@ -1,7 +1,8 @@
 """What an incident response must leave true, checked against the estate after the last step.
 
 A fail-over must leave its service answering on its new primary; isolated hosts must no longer
-answer; and no notice may tell the stakeholders a service is back while it does not answer.
+answer; and no notice may tell the stakeholders a service is back while it does not answer, or
+that a breach is contained while a host the case isolated still answers.
 Outputs are recognised by their shape (the tools' result models), not by step keys, so plans
 the LLM made are checked the same way.
 """
@@ -14,22 +15,33 @@ from typing import Any
 
 from planning.packs.incident.infrastructure import Infrastructure
 
-# Words with which a notice claims a service is back; a negation just before one takes it back.
+# Words with which a notice claims a service is back, or a breach contained; a negation just
+# before one takes it back.
 _RECOVERY = re.compile(
     r"\b(back in service|back online|back up|is back|are back|restored|recovered|resolved|"
     r"up again|operational again)\b",
     re.IGNORECASE,
 )
+_CONTAINMENT = re.compile(r"\b(contained|isolated|cut off)\b", re.IGNORECASE)
 _NEGATION = re.compile(r"\b(not|never|no longer|isn't|is not|aren't|wasn't)\s+(\w+\s+)?$")
 
 
-def claims_recovery(text: str) -> bool:
-    """Tell whether a notice's text says the service is back (and does not negate it)."""
-    for match in _RECOVERY.finditer(text):
+def _claims(words: re.Pattern[str], text: str) -> bool:
+    for match in words.finditer(text):
         before = text[max(0, match.start() - 30) : match.start()]
         if not _NEGATION.search(before.lower()):
             return True
     return False
+
+
+def claims_recovery(text: str) -> bool:
+    """Tell whether a notice's text says the service is back (and does not negate it)."""
+    return _claims(_RECOVERY, text)
+
+
+def claims_containment(text: str) -> bool:
+    """Tell whether a notice's text says the breach is contained (and does not negate it)."""
+    return _claims(_CONTAINMENT, text)
 
 
 def _answers(infra: Infrastructure, service: str) -> tuple[bool, str]:
@@ -40,6 +52,8 @@ def _answers(infra: Infrastructure, service: str) -> tuple[bool, str]:
 def goal_check(outputs: Mapping[str, Any], infra: Infrastructure) -> list[str]:
     """Return what keeps an incident response from having reached its goal (none: reached)."""
     problems: list[str] = []
+    notices: list[Mapping[str, Any]] = []
+    answering: list[str] = []  # hosts the case isolated that still answer
     for output in outputs.values():
         if not isinstance(output, Mapping):
             continue
@@ -55,17 +69,25 @@ def goal_check(outputs: Mapping[str, Any], infra: Infrastructure) -> list[str]:
                     "is unreachable"
                 )
         elif isinstance(output.get("isolated"), list):
-            for host in output["isolated"]:
-                if infra.is_reachable(str(host)):
+            for host in map(str, output["isolated"]):
+                if infra.is_reachable(host):
+                    answering.append(host)
                     problems.append(f"{host} still answers on the network after its isolation")
         elif {"service", "recipients", "message"} <= output.keys():
-            service, message = str(output["service"]), str(output["message"])
-            if not infra.has_database(service) or not claims_recovery(message):
-                continue
+            notices.append(output)
+    for notice in notices:
+        service, message = str(notice["service"]), str(notice["message"])
+        if infra.has_database(service) and claims_recovery(message):
             answers, primary = _answers(infra, service)
             if not answers:
                 problems.append(
                     f"the stakeholders were told “{message}”, but {service} does not answer: "
                     f"its primary {primary} is unreachable"
                 )
+        if answering and claims_containment(message):
+            verb = "answers" if len(answering) == 1 else "answer"
+            problems.append(
+                f"the stakeholders were told “{message}”, but {', '.join(answering)} still "
+                f"{verb} on the network"
+            )
     return problems

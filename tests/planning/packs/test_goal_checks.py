@@ -12,7 +12,7 @@ from planning.core.refs import resolve_inputs
 from planning.core.static import StaticDecomposition
 from planning.packs import fraud, incident
 from planning.packs.fraud.data import InMemoryFraudData
-from planning.packs.incident.goal_check import claims_recovery
+from planning.packs.incident.goal_check import claims_containment, claims_recovery
 from planning.packs.incident.infrastructure import InMemoryInfrastructure
 
 
@@ -112,6 +112,18 @@ def test_a_notice_claims_a_recovery_only_in_words_that_say_so(text: str, claims:
     assert claims_recovery(text) is claims
 
 
+@pytest.mark.parametrize(
+    ("text", "claims"),
+    [
+        ("security breach contained: web-2 isolated", True),
+        ("the breach is not contained yet", False),
+        ("orders-db is back in service", False),
+    ],
+)
+def test_a_notice_claims_a_containment_only_in_words_that_say_so(text: str, claims: bool) -> None:
+    assert claims_containment(text) is claims
+
+
 def test_isolated_hosts_must_no_longer_answer() -> None:
     infra = InMemoryInfrastructure()
     inputs = {"kind": "security-breach", "service": "web", "affected_hosts": ["web-2"]}
@@ -119,9 +131,12 @@ def test_isolated_hosts_must_no_longer_answer() -> None:
     assert outputs["isolate-systems"] == {"isolated": ["web-2"]}
     assert incident.PACK.goal_check is not None
     assert incident.PACK.goal_check(outputs, infra) == []
-    infra.isolated.clear()
+    infra.isolated.clear()  # the host came back on the network after the last step
+    message = outputs["announce-containment"]["message"]
+    assert message.startswith("security breach contained")
     assert incident.PACK.goal_check(outputs, infra) == [
-        "web-2 still answers on the network after its isolation"
+        "web-2 still answers on the network after its isolation",
+        f"the stakeholders were told “{message}”, but web-2 still answers on the network",
     ]
 
 
