@@ -289,6 +289,11 @@ class DatabaseErp:
     def has_invoice(self, invoice_id: str) -> bool:
         return ErpInvoiceDocument.objects.filter(invoice_id=invoice_id).exists()
 
+    def invoices(self) -> Sequence[str]:
+        return list(
+            ErpInvoiceDocument.objects.order_by("invoice_id").values_list("invoice_id", flat=True)
+        )
+
     def invoice_document(self, invoice_id: str) -> str:
         document = ErpInvoiceDocument.objects.filter(invoice_id=invoice_id).first()
         if document is None:
@@ -396,6 +401,14 @@ class DatabaseInfrastructure:
     def has_database(self, service: str) -> bool:
         return EstateDatabase.objects.filter(service=service).exists()
 
+    def hosts(self) -> Mapping[str, str]:
+        return dict(EstateHost.objects.order_by("name").values_list("name", "description"))
+
+    def databases(self) -> Mapping[str, str]:
+        return dict(
+            EstateDatabase.objects.order_by("service").values_list("service", "description")
+        )
+
     def primary(self, service: str) -> str:
         primary = (
             EstateDatabase.objects.filter(service=service)
@@ -413,7 +426,17 @@ class DatabaseInfrastructure:
                 raise LookupError(f"unknown database service {service!r}")
             old = db.current_primary
             new = db.replica_host if old == db.primary_host else db.primary_host
-            EstateDatabase.objects.filter(pk=db.pk).update(current_primary=new)
+            up = set(
+                EstateHost.objects.filter(
+                    name__in=(old, new), is_down=False, is_isolated=False
+                ).values_list("name", flat=True)
+            )
+            state = {host: "up" if host in up else "down" for host in (old, new)}
+            EstateDatabase.objects.filter(pk=db.pk).update(
+                current_primary=new,
+                # The seeded description told what a fail-over would do; now it says what is.
+                description=f"failed over: primary {new} {state[new]}, replica {old} {state[old]}",
+            )
             return EstateFailover.objects.create(
                 service=service, old_primary=old, new_primary=new, idempotency_key=self._key
             )
@@ -489,6 +512,11 @@ class DatabaseFraudData:
 
     def has_account(self, account_id: str) -> bool:
         return FraudAccount.objects.filter(account_id=account_id).exists()
+
+    def accounts(self) -> Mapping[str, str]:
+        return dict(
+            FraudAccount.objects.order_by("account_id").values_list("account_id", "description")
+        )
 
     def transactions(self, account_id: str) -> Sequence[Mapping[str, Any]]:
         return [

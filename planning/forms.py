@@ -8,6 +8,8 @@ from typing import Any
 
 from django import forms
 from django.core import validators
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 from pydantic import BaseModel, ValidationError
 
 from planning import rules
@@ -67,6 +69,39 @@ class JsonField(forms.CharField):
             return json.loads(text)
         except ValueError:
             raise forms.ValidationError("Enter valid JSON.") from None
+
+
+class SuggestingInput(forms.TextInput):
+    """A text box with a <datalist> of values to offer: the browser suggests them as one types,
+    and any other value may still be typed (the checks judge it)."""
+
+    def __init__(self, suggestions: Mapping[str, str], attrs: dict[str, Any] | None = None):
+        super().__init__(attrs)
+        self.suggestions = dict(suggestions)
+
+    def render(
+        self, name: str, value: Any, attrs: dict[str, Any] | None = None, renderer: Any = None
+    ) -> SafeString:
+        list_id = f"{(attrs or {}).get('id') or name}-options"
+        box = super().render(name, value, {**(attrs or {}), "list": list_id}, renderer)
+        options = format_html_join(
+            "", '<option value="{}">{}</option>', sorted(self.suggestions.items())
+        )
+        return format_html('{}<datalist id="{}">{}</datalist>', box, list_id, options)
+
+
+def offer(field: forms.Field, suggestions: Mapping[str, str]) -> None:
+    """Offer `suggestions` (value → what it is) in `field`: a text box suggests them as one
+    types; a box of lines (one value per line) names them in its help text."""
+    if not suggestions:
+        return
+    if isinstance(field, LinesField):
+        known = ", ".join(sorted(suggestions))
+        field.help_text = " ".join(filter(None, [str(field.help_text), f"Known: {known}."]))
+    elif type(field.widget) is forms.TextInput:
+        widget = SuggestingInput(suggestions, attrs=field.widget.attrs)
+        widget.is_required = field.widget.is_required
+        field.widget = widget
 
 
 class OptionSelect(forms.Select):
@@ -234,6 +269,7 @@ class CaseForm(forms.Form):
         domains: Iterable[tuple[str, str]],
         domain: str,
         schema: type[BaseModel] | None = None,
+        suggestions: Mapping[str, Mapping[str, str]] | None = None,
         check_inputs: InputCheck | None = None,
         has_provider: bool,
         **kwargs: Any,
@@ -254,8 +290,10 @@ class CaseForm(forms.Form):
         self.input_names: list[str] = []
         self.schema = schema
         if schema is not None:
+            offered = suggestions or {}
             for name, field in schema_fields(schema).items():
                 plain_messages(field, required=f"{field.label} is required.")
+                offer(field, offered.get(name.removeprefix(INPUT_PREFIX), {}))
                 self.fields[name] = field
                 self.input_names.append(name)
         else:

@@ -250,10 +250,18 @@ def _case_form(
         domains=[(slug, name) for slug, name, _ in packs],
         domain=domain,
         schema=schema,
+        suggestions=_input_suggestions(domain) if schema is not None else None,
         check_inputs=_input_check(domain) if data is not None and schema is not None else None,
         has_provider=llm_settings().is_configured,
         initial=dict(initial or {}),
     )
+
+
+def _input_suggestions(domain: str) -> Mapping[str, Mapping[str, str]]:
+    # What the pack's systems hold now (accounts, services, hosts, invoices), read through the
+    # same port as the checks, so the form offers what a submission will accept.
+    pack = registered_packs()[domain]
+    return pack.input_suggestions(data_port(pack))
 
 
 def _input_check(domain: str) -> InputCheck:

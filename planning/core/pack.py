@@ -23,6 +23,7 @@ def _has_problem(problems: Mapping[str, object], path: str) -> bool:
 type StateView = Mapping[str, Any]
 type DataCheck = Callable[[Mapping[str, Any], Any], Mapping[str, Sequence[str]]]
 type GoalCheck = Callable[[Mapping[str, Any], Any], Sequence[str]]
+type InputSuggestions = Callable[[Any], Mapping[str, Mapping[str, str]]]
 
 # The planning state's fact "this installation has no LLM provider": the app sets it (the core
 # and the packs never ask Django), a pack's methods read it (`has_llm_provider`) to give the
@@ -76,6 +77,15 @@ class DomainPack:
     # pack's port (the systems as the last step left them; None without one) → the problems
     # found (none: the goal is reached).
     goal_check: GoalCheck | None = None
+    # Values the case form offers for inputs, read through the port (the systems as they are):
+    # field → {value: what it is}, e.g. {"account_id": {"ACC-300": "two large payments …"}}.
+    suggest_inputs: InputSuggestions | None = None
+
+    def input_suggestions(self, port: Any | None) -> Mapping[str, Mapping[str, str]]:
+        """Return the values to offer for the case inputs, by field (none without a port)."""
+        if self.suggest_inputs is None or port is None:
+            return MappingProxyType({})
+        return self.suggest_inputs(port)
 
     def initial_state(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Validate case `inputs` against the schema and return the planning state.

@@ -16,7 +16,7 @@ from planning.core.catalogue import AgentSpec
 from planning.core.pack import DomainPack
 from planning.packs.fraud import goals
 from planning.packs.fraud.data import FraudData, InMemoryFraudData
-from planning.packs.fraud.inputs import FraudCaseInput, check_inputs
+from planning.packs.fraud.inputs import FraudCaseInput, check_inputs, suggest_inputs
 from planning.packs.fraud.methods import METHODS
 from planning.packs.fraud.tools import TOOLS
 
@@ -102,6 +102,7 @@ PACK = DomainPack(
     tools=TOOLS,
     demo_port=InMemoryFraudData,
     check_data=check_inputs,
+    suggest_inputs=suggest_inputs,
     capabilities=goals.capabilities,
     goal_facts=goals.goal_facts,
     # LLM and hybrid planning of this pack use this agent's model and system prompt when set.

@@ -50,6 +50,10 @@ class FraudData(Protocol):
 
     def has_account(self, account_id: str) -> bool: ...
 
+    def accounts(self) -> Mapping[str, str]:
+        """Return the accounts by id, each with what it is (for people choosing one)."""
+        ...
+
     def transactions(self, account_id: str) -> Sequence[Mapping[str, Any]]: ...
 
     def sanctioned(self) -> Sequence[str]: ...
@@ -75,6 +79,9 @@ class InMemoryFraudData:
 
     def has_account(self, account_id: str) -> bool:
         return account_id in self.data["accounts"]
+
+    def accounts(self) -> Mapping[str, str]:
+        return dict(self.data["accounts"])
 
     def transactions(self, account_id: str) -> Sequence[Mapping[str, Any]]:
         return [t for t in self.data["transactions"] if t["account_id"] == account_id]

@@ -32,3 +32,8 @@ def check_inputs(values: Mapping[str, Any], data: FraudData) -> dict[str, list[s
     if isinstance(account_id, str) and not data.has_account(account_id):
         return {"account_id": [f"{account_id} is not a known account."]}
     return {}
+
+
+def suggest_inputs(data: FraudData) -> dict[str, Mapping[str, str]]:
+    """Return the accounts to offer for a case, with what each is."""
+    return {"account_id": data.accounts()}

@@ -16,7 +16,7 @@ from planning.core.pack import DomainPack
 from planning.packs.incident import goals
 from planning.packs.incident.goal_check import goal_check
 from planning.packs.incident.infrastructure import InMemoryInfrastructure
-from planning.packs.incident.inputs import IncidentCaseInput, check_inputs
+from planning.packs.incident.inputs import IncidentCaseInput, check_inputs, suggest_inputs
 from planning.packs.incident.methods import METHODS
 from planning.packs.incident.tools import TOOLS
 
@@ -78,6 +78,7 @@ PACK = DomainPack(
     tools=TOOLS,
     demo_port=InMemoryInfrastructure,
     check_data=check_inputs,
+    suggest_inputs=suggest_inputs,
     capabilities=goals.capabilities,
     goal_facts=goals.goal_facts,
     goal_check=goal_check,

@@ -40,12 +40,12 @@ DEMO_INFRASTRUCTURE: Mapping[str, Any] = {
     "hosts": {
         "web-1": "web server",
         "web-2": "web server; its logs show a break-in",
-        "db-orders-1": "orders-db primary (down)",
-        "db-orders-2": "orders-db replica",
-        "db-inventory-1": "inventory-db primary (down)",
-        "db-inventory-2": "inventory-db replica (down)",
-        "db-billing-1": "billing-db primary",
-        "db-billing-2": "billing-db replica",
+        "db-orders-1": "a host of orders-db (down)",
+        "db-orders-2": "a host of orders-db",
+        "db-inventory-1": "a host of inventory-db (down)",
+        "db-inventory-2": "a host of inventory-db (down)",
+        "db-billing-1": "a host of billing-db",
+        "db-billing-2": "a host of billing-db",
     },
     "owners": {
         "orders-db": ("orders-team@example.com", "cto@example.com"),
@@ -75,6 +75,14 @@ class Infrastructure(Protocol):
     def has_host(self, host: str) -> bool: ...
 
     def has_database(self, service: str) -> bool: ...
+
+    def hosts(self) -> Mapping[str, str]:
+        """Return the hosts by name, each with what it is (for people choosing one)."""
+        ...
+
+    def databases(self) -> Mapping[str, str]:
+        """Return the database services by name, each with what it is."""
+        ...
 
     def fail_over(self, service: str) -> tuple[str, str]:
         """Promote the other host of `service` to primary; return (old, new) primary.
@@ -123,6 +131,12 @@ class InMemoryInfrastructure:
 
     def has_database(self, service: str) -> bool:
         return service in self.data["databases"]
+
+    def hosts(self) -> Mapping[str, str]:
+        return dict(self.data["hosts"])
+
+    def databases(self) -> Mapping[str, str]:
+        return {name: db.get("description", "") for name, db in self.data["databases"].items()}
 
     def primary(self, service: str) -> str:
         if service not in self.primaries:

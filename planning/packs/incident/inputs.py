@@ -41,3 +41,15 @@ def check_inputs(values: Mapping[str, Any], infra: Infrastructure) -> dict[str, 
         if isinstance(host, str) and not infra.has_host(host):
             problems[f"affected_hosts.{i}"] = [f"{host} is not a known host."]
     return problems
+
+
+def suggest_inputs(infra: Infrastructure) -> dict[str, Mapping[str, str]]:
+    """Return the kinds the pack's methods plan, and the estate's services and hosts, to offer."""
+    return {
+        "kind": {
+            DATABASE_OUTAGE: "fail over, verify connectivity, notify the owners",
+            SECURITY_BREACH: "isolate the hosts, analyse the logs, notify",
+        },
+        "service": infra.databases(),
+        "affected_hosts": infra.hosts(),
+    }

@@ -17,7 +17,7 @@ from planning.core.catalogue import AgentSpec
 from planning.core.pack import DomainPack
 from planning.packs.invoice import goals
 from planning.packs.invoice.erp import ErpData, InMemoryErp
-from planning.packs.invoice.inputs import InvoiceCaseInput, check_inputs
+from planning.packs.invoice.inputs import InvoiceCaseInput, check_inputs, suggest_inputs
 from planning.packs.invoice.methods import METHODS
 from planning.packs.invoice.tools import TOOLS
 
@@ -113,6 +113,7 @@ PACK = DomainPack(
     tools=TOOLS,
     demo_port=InMemoryErp,
     check_data=check_inputs,
+    suggest_inputs=suggest_inputs,
     capabilities=goals.capabilities,
     goal_facts=goals.goal_facts,
     goal_check=goal_check,

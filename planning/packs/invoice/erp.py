@@ -101,6 +101,10 @@ class ErpData(Protocol):
 
     def has_invoice(self, invoice_id: str) -> bool: ...
 
+    def invoices(self) -> Sequence[str]:
+        """Return the ids of the invoices the ERP holds, in order."""
+        ...
+
     def invoice_document(self, invoice_id: str) -> str: ...
 
     def supplier(self, supplier_id: str) -> Mapping[str, Any] | None: ...
@@ -123,6 +127,9 @@ class InMemoryErp:
 
     def has_invoice(self, invoice_id: str) -> bool:
         return invoice_id in self.data["documents"]
+
+    def invoices(self) -> Sequence[str]:
+        return sorted(self.data["documents"])
 
     def invoice_document(self, invoice_id: str) -> str:
         documents: Mapping[str, str] = self.data["documents"]

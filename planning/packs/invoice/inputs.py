@@ -36,3 +36,8 @@ def check_inputs(values: Mapping[str, Any], erp: ErpData) -> dict[str, list[str]
     if isinstance(invoice_id, str) and not erp.has_invoice(invoice_id):
         return {"invoice_id": [f"{invoice_id} is not in the ERP."]}
     return {}
+
+
+def suggest_inputs(erp: ErpData) -> dict[str, Mapping[str, str]]:
+    """Return the invoices the ERP holds, to offer for a case."""
+    return {"invoice_id": dict.fromkeys(erp.invoices(), "")}

@@ -13,8 +13,8 @@ from pydantic import ValidationError
 from accounts import tokens as api_tokens
 from audit.models import AuditEvent
 from planning.actions import CaseInvalid, submit_case
-from planning.catalogue import load_demo_erp
-from planning.models import Case, ErpInvoiceDocument
+from planning.catalogue import load_demo_erp, load_demo_systems
+from planning.models import Case, ErpInvoiceDocument, EstateHost, FraudAccount
 from planning.packs import PACKS, fraud, incident, invoice
 from planning.packs.fraud.data import InMemoryFraudData
 from planning.packs.incident.infrastructure import InMemoryInfrastructure
@@ -107,6 +107,24 @@ def test_an_incident_names_a_database_the_estate_runs_and_hosts_it_has() -> None
     # Other kinds may name any service: the notifications fall back to the on-call list.
     breach = {"kind": "security-breach", "service": "web", "affected_hosts": ["web-2"]}
     assert incident.PACK.check_inputs(breach, infra) == {}
+
+
+def test_each_pack_offers_what_its_systems_hold_read_through_its_port() -> None:
+    assert fraud.PACK.input_suggestions(InMemoryFraudData()) == {
+        "account_id": {
+            "ACC-300": "two large payments to Oceanic Holdings Ltd, a sanctioned company",
+            "ACC-410": "ordinary activity: one small payment",
+        }
+    }
+    offered = incident.PACK.input_suggestions(InMemoryInfrastructure())
+    assert set(offered["kind"]) == {"database-outage", "security-breach"}
+    assert set(offered["service"]) == {"orders-db", "inventory-db", "billing-db"}
+    assert {"web-1", "web-2", "db-orders-1"} <= set(offered["affected_hosts"])
+    assert set(invoice.PACK.input_suggestions(InMemoryErp())["invoice_id"]) >= {
+        "INV-1042",
+        "INV-1043",
+    }
+    assert invoice.PACK.input_suggestions(None) == {}
 
 
 # Submission reads the database's ERP ----------------------------------------------------------
@@ -238,3 +256,31 @@ def test_the_form_reports_every_invalid_field_in_one_round(erp: None) -> None:
     assert "ACC-999 is not a known account." in field("input_account_id")
     assert "At least 0.0." in field("input_amount")
     assert not Case.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_form_offers_the_accounts_services_hosts_and_invoices_the_database_holds() -> None:
+    load_demo_systems()
+    # What the systems hold now, not the demo data: an account added, a host gone.
+    FraudAccount.objects.create(account_id="ACC-777", description="opened <yesterday>")
+    EstateHost.objects.filter(name="web-1").delete()
+    client = Client()
+    client.force_login(personas.analyst())
+
+    def form(domain: str) -> str:
+        page = client.get(reverse("planning:case-new"), {"domain": domain})
+        return page.content.decode()
+
+    fraud_form = form("fraud")
+    assert 'list="id_input_account_id-options"' in fraud_form
+    options = fraud_form.split('<datalist id="id_input_account_id-options">', 1)[1]
+    options = options.split("</datalist>", 1)[0]
+    assert '<option value="ACC-300">two large payments' in options
+    assert '<option value="ACC-777">opened &lt;yesterday&gt;</option>' in options
+    incident_form = form("incident")
+    services = incident_form.split('<datalist id="id_input_service-options">', 1)[1]
+    assert '<option value="orders-db">' in services.split("</datalist>", 1)[0]
+    hosts = incident_form.split('id="id_input_affected_hosts_helptext">', 1)[1].split("</div>")[0]
+    assert "Known: db-billing-1" in hosts and "web-2." in hosts and "web-1," not in hosts
+    invoices = form("invoice").split('<datalist id="id_input_invoice_id-options">', 1)[1]
+    assert '<option value="INV-1042"></option>' in invoices.split("</datalist>", 1)[0]
