@@ -99,7 +99,10 @@ def test_a_fail_over_lasts_for_the_next_step_and_happens_once_per_key() -> None:
     again.call = ToolCall(idempotency_key="case-1:leaf-fail-over", checkpoint=_stop)
     assert again.fail_over("orders-db") == ("db-orders-1", "db-orders-2")
     assert EstateFailover.objects.count() == 1
-    assert EstateDatabase.objects.get(service="orders-db").current_primary == "db-orders-2"
+    orders = EstateDatabase.objects.get(service="orders-db")
+    assert orders.current_primary == "db-orders-2"
+    # What the estate says of the service is what is true now, not what the seed foretold.
+    assert orders.description == "failed over: primary db-orders-2 up, replica db-orders-1 down"
     # Another leaf fails over again.
     assert _acting(estate, "case-2:leaf-fail-over").fail_over("orders-db") == (
         "db-orders-2",
