@@ -14,6 +14,11 @@ urlpatterns = [
     path("cases/<int:case_id>/versions/", versions.version_history, name="version-history"),
     path("cases/<int:case_id>/versions/diff/", versions.version_diff, name="version-diff"),
     path("cases/<int:case_id>/nodes/<int:node_id>/edit/", versions.plan_edit, name="plan-edit"),
+    path(
+        "cases/<int:case_id>/nodes/<int:node_id>/add-after/",
+        versions.plan_add_step,
+        name="plan-add-step",
+    ),
     path("policy/versions/<int:version_id>/what-if/", whatif.policy_whatif, name="policy-whatif"),
     path("policy/what-if/<int:whatif_id>/", whatif.whatif_report, name="whatif-report"),
     path("notifications/", gates.notifications, name="notifications"),

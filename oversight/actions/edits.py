@@ -1,4 +1,5 @@
-"""Plan edits: an officer changes one step of a plan awaiting approval; the result is a new version.
+"""Plan edits: an officer changes one step of a plan awaiting approval, removes it, or adds a step
+after it; the result is a new version.
 
 The edited plan is re-validated in full, exactly as a planned one is (agents, tool allow-lists,
 tool inputs, limits, cycles); a refused edit changes nothing. An accepted one is stored as the
@@ -13,6 +14,7 @@ output in the new version: nothing that succeeded runs again.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +24,7 @@ from django.db import transaction
 
 from audit.chain import NewEvent, append_event, case_chain
 from audit.transitions import audited
+from oversight.actions.edit_words import problems_in_words
 from oversight.actions.gates import CONFIGURE, DecisionDenied, check_reason
 from oversight.actions.kept_steps import carry_results
 from oversight.actions.opening import open_gates, void_open_gates
@@ -40,6 +43,9 @@ from planning.versions import kept_steps, load_plan, store_version, with_tool_ri
 
 EDIT_PLAN = "oversight.edit_plan"
 EDITABLE = ("agent", "task", "inputs", "depends_on")
+# What an added step states (key, agent, task; the rest optional): a leaf like a planned one.
+ADDED = ("key", "agent", "task", "tool", "inputs", "depends_on")
+KEY = re.compile(r"^[a-z0-9][a-z0-9-]{0,99}$")
 TASK_MAX_LENGTH = 10_000
 REASON_MAX_LENGTH = rules.DESCRIPTION_MAX_LENGTH
 AGENT_MAX_LENGTH = 100
@@ -111,11 +117,15 @@ def clean_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
     """
     if not isinstance(changes, Mapping) or not changes:
         raise EditInvalid("changes", f"name at least one change: {', '.join(EDITABLE)} or remove")
-    unknown = sorted(str(k) for k in changes if k not in (*EDITABLE, "remove"))
+    unknown = sorted(str(k) for k in changes if k not in (*EDITABLE, "remove", "add"))
     if unknown:
         raise EditInvalid(
             "changes", f"cannot change {', '.join(unknown)}: only {', '.join(EDITABLE)} or remove"
         )
+    if "add" in changes:
+        if len(changes) > 1:
+            raise EditInvalid("changes.add", "a step is added on its own, in an edit of its own")
+        return {"add": _added_step(changes["add"])}
     if "remove" in changes:
         if changes["remove"] is not True:
             raise EditInvalid("changes.remove", "remove is true or left out")
@@ -128,28 +138,57 @@ def clean_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
     if "task" in changes:
         clean["task"] = _text(changes["task"], "changes.task", TASK_MAX_LENGTH, required=True)
     if "inputs" in changes:
-        inputs = changes["inputs"]
-        if not isinstance(inputs, Mapping):
-            raise EditInvalid("changes.inputs", "must be a JSON object")
-        problems = rules.json_problems(dict(inputs), "changes.inputs", bounded=True)
-        if problems:
-            path, messages = next(iter(problems.items()))
-            raise EditInvalid(path, messages[0])
-        if len(canonical_json(inputs)) > rules.INPUTS_MAX_CHARS:
-            raise EditInvalid(
-                "changes.inputs", f"at most {rules.INPUTS_MAX_CHARS:,} characters of JSON"
-            )
-        clean["inputs"] = dict(inputs)
+        clean["inputs"] = _inputs(changes["inputs"], "changes.inputs")
     if "depends_on" in changes:
-        deps = changes["depends_on"]
-        if deps is not None:
-            if not isinstance(deps, list | tuple) or not all(isinstance(d, str) for d in deps):
-                raise EditInvalid("changes.depends_on", "must be a list of step keys (or null)")
-            if len(deps) > DEPENDS_ON_MAX_ITEMS:
-                raise EditInvalid("changes.depends_on", f"at most {DEPENDS_ON_MAX_ITEMS} keys")
-            deps = list(dict.fromkeys(deps))
-        clean["depends_on"] = deps
+        clean["depends_on"] = _depends_on(changes["depends_on"], "changes.depends_on")
     return clean
+
+
+def _inputs(inputs: Any, field: str) -> dict[str, Any]:
+    if not isinstance(inputs, Mapping):
+        raise EditInvalid(field, "must be a JSON object")
+    problems = rules.json_problems(dict(inputs), field, bounded=True)
+    if problems:
+        path, messages = next(iter(problems.items()))
+        raise EditInvalid(path, messages[0])
+    if len(canonical_json(inputs)) > rules.INPUTS_MAX_CHARS:
+        raise EditInvalid(field, f"at most {rules.INPUTS_MAX_CHARS:,} characters of JSON")
+    return dict(inputs)
+
+
+def _depends_on(deps: Any, field: str) -> list[str] | None:
+    if deps is None:
+        return None
+    if not isinstance(deps, list | tuple) or not all(isinstance(d, str) for d in deps):
+        raise EditInvalid(field, "must be a list of step keys (or null)")
+    if len(deps) > DEPENDS_ON_MAX_ITEMS:
+        raise EditInvalid(field, f"at most {DEPENDS_ON_MAX_ITEMS} keys")
+    return list(dict.fromkeys(deps))
+
+
+def _added_step(step: Any) -> dict[str, Any]:
+    """Return a step to add, checked for shape; raise EditInvalid naming `changes.add.<field>`."""
+    if not isinstance(step, Mapping):
+        raise EditInvalid("changes.add", "must be an object: the new step's key, agent and task")
+    unknown = sorted(str(k) for k in step if k not in ADDED)
+    if unknown:
+        raise EditInvalid("changes.add", f"a new step has no {', '.join(unknown)}")
+    key = _text(step.get("key", ""), "changes.add.key", AGENT_MAX_LENGTH, required=True)
+    if not KEY.match(key):
+        raise EditInvalid(
+            "changes.add.key", "use lower-case letters, digits and hyphens, starting with one"
+        )
+    tool = step.get("tool") or None
+    return {
+        "key": key,
+        "agent": _text(step.get("agent", ""), "changes.add.agent", AGENT_MAX_LENGTH, required=True),
+        "task": _text(step.get("task", ""), "changes.add.task", TASK_MAX_LENGTH, required=True),
+        "tool": None
+        if tool is None
+        else _text(tool, "changes.add.tool", AGENT_MAX_LENGTH, required=True),
+        "inputs": _inputs(step.get("inputs") or {}, "changes.add.inputs"),
+        "depends_on": _depends_on(step.get("depends_on"), "changes.add.depends_on"),
+    }
 
 
 def _replace(node: Node, key: str, new: Node | None) -> Node:
@@ -182,6 +221,51 @@ def _field_of(changes: Mapping[str, Any]) -> str:
     return f"changes.{next(iter(changes))}" if len(changes) == 1 else "changes"
 
 
+def _with_added(plan: DagPlan, after: Leaf, step: Mapping[str, Any], user: User) -> Node:
+    """Return the plan's tree with the new step right after `after`, in the same group."""
+    if step["key"] in {node.key for node in plan.nodes()}:
+        raise EditInvalid(
+            "changes.add.key", f"the plan already has a step {step['key']}: choose another key"
+        )
+    parent = plan.parent_of(after.key)
+    assert parent is not None  # a leaf always has its group
+    deps = step["depends_on"]
+    added = Leaf(
+        key=step["key"],
+        agent=step["agent"],
+        task=step["task"],
+        tool=step["tool"],
+        inputs=step["inputs"],
+        depends_on=tuple(deps) if deps is not None else None,
+        provenance=Provenance(
+            strategy=after.provenance.strategy,
+            source=f"edit by {user.get_username()}",
+            depth=after.provenance.depth,
+        ),
+    )
+    children: list[Node] = []
+    for child in parent.children:
+        children.append(child)
+        if child.key == after.key:
+            children.append(added)
+    group = dataclasses.replace(parent, children=tuple(children))
+    return group if parent.key == plan.root.key else _replace(plan.root, parent.key, group)
+
+
+def _add_field(problem: PlanningError | ValueError | TypeError) -> str:
+    """Return the form field a refused added step's problem is about."""
+    text = str(problem)
+    if "agent" in text and "tool" not in text:
+        return "changes.add.agent"
+    if "input" in text:
+        return "changes.add.inputs"
+    if "tool" in text:
+        return "changes.add.tool"
+    if "depends" in text or "cycle" in text:
+        return "changes.add.depends_on"
+    return "changes.add"
+
+
 def _edited_plan(plan: DagPlan, key: str, changes: Mapping[str, Any], user: User) -> DagPlan:
     """Return `plan` with the edit applied, re-validated in full; raise EditInvalid otherwise."""
     try:
@@ -190,14 +274,16 @@ def _edited_plan(plan: DagPlan, key: str, changes: Mapping[str, Any], user: User
         raise EditInvalid("node", f"the plan has no step {key!r}") from None
     if not isinstance(node, Leaf):
         raise EditInvalid("node", f"{key!r} is a group of steps: only steps can be edited")
-    if changes.get("remove"):
+    if "add" in changes:
+        root: Node = _with_added(plan, node, changes["add"], user)
+    elif changes.get("remove"):
         parent = plan.parent_of(key)
         if parent is not None and len(parent.children) == 1:
             raise EditInvalid(
                 "changes.remove",
                 f"{key!r} is the only step of {parent.key!r}: a group cannot be left empty",
             )
-        root: Node = _without_dependency(_replace(plan.root, key, None), key)
+        root = _without_dependency(_replace(plan.root, key, None), key)
     else:
         fields = dict(changes)
         if "depends_on" in fields and fields["depends_on"] is not None:
@@ -216,7 +302,8 @@ def _edited_plan(plan: DagPlan, key: str, changes: Mapping[str, Any], user: User
         validate_plan(edited, current_catalogue(), plan_limits())
         return with_tool_risks(edited, {name: spec.risk for name, spec in all_tool_specs().items()})
     except (PlanningError, ValueError, TypeError) as exc:
-        raise EditInvalid(_field_of(changes), str(exc) or type(exc).__name__) from None
+        field = _add_field(exc) if "add" in changes else _field_of(changes)
+        raise EditInvalid(field, problems_in_words(str(exc) or type(exc).__name__)) from None
 
 
 def _approved_by(gate: Gate, user: User) -> bool:
@@ -264,9 +351,12 @@ def edit_plan(
     reason: str = "",
     base_version: int | None = None,
 ) -> EditResult:
-    """Change one step of the case's current plan (or remove it); store the result as a version.
+    """Change one step of the case's current plan (or remove it, or add a step after it); store
+    the result as a version.
 
-    `changes` holds any of agent, task, inputs, depends_on, or `remove: True`. `base_version`,
+    `changes` holds any of agent, task, inputs, depends_on; or `remove: True`; or `add`: the new
+    step (key, agent, task, and tool, inputs, depends_on as it needs), placed after `node_key`
+    in its group. `base_version`,
     when given, is the version the user saw: the edit applies only if it is still current.
 
     Raises Case.DoesNotExist; DecisionDenied (audited) unless the user is a compliance officer
@@ -327,7 +417,8 @@ def _edit(
     version = store_version(case, new_plan, edited_by=user, edit=edit)
     case.current_version = version
     case.save(update_fields=["current_version", "updated_at"])
-    after = None if changes.get("remove") else node_data(new_plan.node(node_key))
+    added = changes["add"]["key"] if "add" in changes else None
+    after = None if changes.get("remove") else node_data(new_plan.node(added or node_key))
     with audited(chain=case_chain(case.pk)) as audit:
         # First: the event names the kept steps, whose moves come last.
         audit.add(
@@ -342,7 +433,7 @@ def _edit(
                     "before": {
                         "version": old.number,
                         "content_hash": old.content_hash,
-                        "node": node_data(old_plan.node(node_key)),
+                        "node": None if added else node_data(old_plan.node(node_key)),
                     },
                     "after": {
                         "version": version.number,

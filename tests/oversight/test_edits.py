@@ -286,18 +286,98 @@ def test_a_new_dependency_shows_in_the_diff(case: Case, people: dict[str, Any]) 
     ]
 
 
+SECOND_HOLD = {
+    "key": "second-hold",
+    "agent": "payments-clerk",
+    "tool": "place_payment_hold",
+    "task": "Place a second hold, for the second finding",
+    "inputs": {"report": {"$ref": "audit-report"}},
+    "depends_on": ["place-hold"],
+}
+
+
+def test_an_added_step_comes_after_its_step_with_a_gate_of_its_own(
+    case: Case, people: dict[str, Any]
+) -> None:
+    v1 = case.current_version
+    assert v1 is not None
+    result = _edit(case, people["officer"], "place-hold", {"add": SECOND_HOLD}, reason_code="other")
+    assert result.diff.added == ("second-hold",) and not result.diff.changed
+    nodes = {n.key: n for n in PlanNode.objects.filter(version=result.version)}
+    added, hold = nodes["second-hold"], nodes["place-hold"]
+    assert added.parent_id == hold.parent_id and added.position == hold.position + 1
+    assert (added.agent, added.tool, added.depends_on) == (
+        "payments-clerk",
+        "place_payment_hold",
+        ["place-hold"],
+    )
+    assert added.provenance["source"] == "edit by olivia"
+    # A financial step: its own gate, a signature, pending.
+    gate = _gate(result.version, GateKind.STEP, "second-hold")
+    assert gate.status == GateStatus.PENDING and gate.needs_signature
+    assert _gate(v1).status == GateStatus.VOID
+    (event,) = _events(case, "planning.plan.edited")
+    assert event.data["changes"] == {"add": SECOND_HOLD}
+    assert event.data["before"]["node"] is None
+    assert event.data["after"]["node"]["key"] == "second-hold"
+
+
+@pytest.mark.parametrize(
+    ("step", "field", "message"),
+    [
+        ({"key": "audit-report"}, "changes.add.key", "already has a step audit-report"),
+        ({"key": "Second Hold"}, "changes.add.key", "lower-case letters"),
+        ({"agent": "erp-connector"}, "changes.add.tool", "erp-connector cannot run tool"),
+        ({"agent": "ghost"}, "changes.add.agent", "there is no agent “ghost”"),
+        (
+            {"inputs": {}},
+            "changes.add.inputs",
+            "not fit tool place_payment_hold: “report” is missing",
+        ),
+        ({"depends_on": ["check-po"]}, "changes.add.inputs", "does not run before it"),
+        ({"task": ""}, "changes.add.task", "must not be empty"),
+        ({"colour": "red"}, "changes.add", "a new step has no colour"),
+    ],
+)
+def test_an_added_step_that_cannot_run_is_refused_in_words_and_changes_nothing(
+    case: Case, people: dict[str, Any], step: dict[str, Any], field: str, message: str
+) -> None:
+    before = _snapshot(case)
+    with pytest.raises(EditInvalid) as refused:
+        _edit(case, people["officer"], "place-hold", {"add": SECOND_HOLD | step})
+    assert refused.value.field == field
+    assert message in refused.value.message
+    assert "'" not in refused.value.message.replace("it's", "")
+    assert _snapshot(case) == before
+
+
 # Refusals change nothing -------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("node", "changes", "field", "message"),
     [
-        ("extract-fields", {"depends_on": ["audit-report"]}, "changes.depends_on", "cycle"),
-        ("check-totals", {"agent": "ghost"}, "changes.agent", "unknown agent 'ghost'"),
-        ("check-totals", {"agent": "erp-connector"}, "changes.agent", "is not allowed for"),
-        ("check-totals", {"inputs": {}}, "changes.inputs", "invoice: Field required"),
-        ("check-totals", {"inputs": {"invoice": 7}}, "changes.inputs", "invalid"),
-        ("check-po", {"remove": True}, "changes.remove", "not upstream"),
+        (
+            "extract-fields",
+            {"depends_on": ["audit-report"]},
+            "changes.depends_on",
+            "in a circle: extract-fields",
+        ),
+        ("check-totals", {"agent": "ghost"}, "changes.agent", "there is no agent “ghost”"),
+        (
+            "check-totals",
+            {"agent": "erp-connector"},
+            "changes.agent",
+            "erp-connector cannot run tool",
+        ),
+        (
+            "check-totals",
+            {"inputs": {}},
+            "changes.inputs",
+            "do not fit tool check_totals: “invoice” is missing.",
+        ),
+        ("check-totals", {"inputs": {"invoice": 7}}, "changes.inputs", "“invoice”: input should"),
+        ("check-po", {"remove": True}, "changes.remove", "which does not run before it"),
         ("verify-invoice", {"task": "Do it all"}, "node", "only steps"),
         ("no-such-step", {"task": "x"}, "node", "no step 'no-such-step'"),
         ("check-totals", {"tool": "freeze_account"}, "changes", "cannot change tool"),

@@ -227,7 +227,7 @@ def test_an_edit_without_a_reason_code_shows_the_form_again_and_changes_nothing(
     )
     assert response.status_code == 422
     html = response.content.decode()
-    assert re.search(r'data-field="reason_code">.*?a reason code is required', html, re.S)
+    assert re.search(r'data-field="reason_code">.*?A reason code is required to edit\.', html, re.S)
     assert case.versions.count() == 1
     assert AuditEvent.objects.filter(chain=case_chain(case.pk)).count() == events
 
@@ -236,15 +236,111 @@ def test_an_invalid_edit_shows_why_on_its_field(case: Case, people: dict[str, An
     client = _client(people["officer"])
     node = _node(case, "check-totals")
     url = _edit_url(case, "check-totals")
+    # An agent that cannot run the step is not offered, and not taken.
+    assert '<option value="erp-connector"' not in client.get(url).content.decode()
     off_list = client.post(url, _form(node, agent="erp-connector"))
     assert off_list.status_code == 422
-    assert re.search(r'data-field="agent">.*?is not allowed for', off_list.content.decode(), re.S)
+    assert re.search(
+        r'data-field="agent">.*?Select a valid choice', off_list.content.decode(), re.S
+    )
+    unfit = client.post(url, _form(node, inputs='{"invoice": 7}'))
+    assert unfit.status_code == 422
+    said = re.search(
+        r'data-field="inputs">.*?<ul class="errorlist".*?<li>(.*?)</li>',
+        unfit.content.decode(),
+        re.S,
+    )
+    assert said is not None
+    assert said[1].startswith("Step check-totals: the inputs do not fit tool check_totals: ")
+    assert said[1].endswith(".") and "Field required" not in said[1]
     bad_json = client.post(url, _form(node, inputs="{not json"))
     assert bad_json.status_code == 422
     assert re.search(r'data-field="inputs">.*?Not valid JSON', bad_json.content.decode(), re.S)
     nothing = client.post(url, _form(node))
     assert nothing.status_code == 422
     assert 'data-errors="form"' in nothing.content.decode()
+    assert case.versions.count() == 1
+
+
+def _add_url(case: Case, key: str) -> str:
+    return reverse("oversight:plan-add-step", args=[case.pk, _node(case, key).pk])
+
+
+def _add_form(**overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "key": "second-hold",
+        "runner": "payments-clerk:place_payment_hold",
+        "task": "Place a second hold",
+        "inputs": '{"report": {"$ref": "audit-report"}}',
+        "depends_on": ["place-hold"],
+        "reason_code": "other",
+        "reason": "two findings, two holds",
+        "base_version": "1",
+    }
+    data.update(overrides)
+    return data
+
+
+def test_an_officer_adds_a_step_choosing_among_the_agents_that_can_run_it(
+    case: Case, people: dict[str, Any]
+) -> None:
+    client = _client(people["officer"])
+    edit_page = client.get(_edit_url(case, "place-hold")).content.decode()
+    assert f'href="{_add_url(case, "place-hold")}" data-action="add-step"' in edit_page
+    response = client.get(_add_url(case, "place-hold"))
+    assert response.status_code == 200
+    runners = dict(response.context["form"].fields["runner"].choices)
+    # Each agent with each tool it is allowed, and nothing else.
+    assert "payments-clerk:place_payment_hold" in runners
+    assert "second-auditor:check_totals" in runners and "erp-connector:check_totals" not in runners
+    assert "payments-clerk:check_totals" not in runners
+    for value in filter(None, runners):
+        slug, _, tool = value.partition(":")
+        agent = Agent.objects.get(slug=slug)
+        assert tool in agent.tools if tool else agent.kind != Agent.Kind.TOOL, value
+    # What it waits for starts as the step it comes after.
+    assert re.search(r'value="place-hold"[^>]*checked', response.content.decode())
+    added = client.post(_add_url(case, "place-hold"), _add_form())
+    assert added.status_code == 302
+    assert added["Location"] == reverse("oversight:version-diff", args=[case.pk]) + "?from=1&to=2"
+    case.refresh_from_db()
+    assert _node(case, "second-hold").tool == "place_payment_hold"
+    assert Gate.objects.filter(case=case, version__number=2, node__key="second-hold").exists()
+    gate = Gate.objects.get(case=case, version__number=2, kind=GateKind.PLAN)
+    page = _client(personas.second_officer()).get(reverse("oversight:gate-detail", args=[gate.pk]))
+    assert "v2 adds step <code>second-hold</code> after <code>place-hold</code>" in (
+        page.content.decode()
+    )
+
+
+def test_an_added_step_that_cannot_run_is_refused_in_sentences_on_its_fields(
+    case: Case, people: dict[str, Any]
+) -> None:
+    client = _client(people["officer"])
+    url = _add_url(case, "place-hold")
+
+    def said(response: Any, field: str) -> str:
+        assert response.status_code == 422
+        found = re.search(
+            rf'data-field="{field}">.*?<ul class="errorlist".*?<li>(.*?)</li>',
+            response.content.decode(),
+            re.S,
+        )
+        assert found is not None, response.content.decode()[-3000:]
+        return found[1]
+
+    taken = said(client.post(url, _add_form(key="audit-report")), "key")
+    assert taken == "The plan already has a step audit-report: choose another key."
+    missing = said(client.post(url, _add_form(inputs="{}")), "inputs")
+    assert missing == (
+        "Step second-hold: the inputs do not fit tool place_payment_hold: “report” is missing."
+    )
+    broken = said(client.post(url, _add_form(inputs='{"report": }')), "inputs")
+    assert broken == "Not valid JSON: expecting value at line 1, column 12."
+    early = said(client.post(url, _add_form(depends_on=["extract-fields"])), "inputs")
+    assert early.endswith("takes the output of audit-report, which does not run before it.")
+    off_list = said(client.post(url, _add_form(runner="erp-connector:check_totals")), "runner")
+    assert off_list.startswith("Select a valid choice")
     assert case.versions.count() == 1
 
 
