@@ -257,3 +257,38 @@ def test_cards_keep_space_between_them_and_a_failed_plan_shows_no_empty_step_pan
     page.goto(f"/gates/{hold.pk}/")
     page.wait_for_selector("[data-signature]")
     assert page.evaluate(_TOUCHING_CARDS, CARD_GAP_PX) == []
+
+
+def test_an_officer_adds_a_step_in_the_browser_and_reads_why_a_first_try_was_refused(
+    page: Any,
+) -> None:
+    sync_packs()
+    case = _invoice_case(personas.analyst())
+    hold = Gate.objects.get(case=case, kind=GateKind.STEP, node__key="place-hold")
+    problems = _watch_console(page)
+    page.set_viewport_size({"width": 1280, "height": 1000})
+    _log_in(page, personas.officer().username)
+    page.goto(f"/cases/{case.pk}/nodes/{hold.node_id}/edit/")
+    # The agent list offers only the agents that can run the hold.
+    offered = page.eval_on_selector_all("#id_agent option", "els => els.map(e => e.value)")
+    assert offered == ["payments-clerk"]
+    page.click('[data-action="add-step"]')
+    page.wait_for_selector("#plan-add-form")
+    page.fill("#id_key", "second-hold")
+    page.select_option("#id_runner", "payments-clerk:place_payment_hold")
+    page.fill("#id_task", "Place a second hold, for the second finding")
+    page.fill("#id_inputs", "{}")
+    page.select_option("#id_reason_code", "other")
+    page.fill("#id_reason", "two findings, two holds")
+    page.click("#plan-add-form button[type=submit]")
+    error = page.inner_text('[data-field="inputs"] .errorlist')
+    assert error == (
+        "Step second-hold: the inputs do not fit tool place_payment_hold: “report” is missing."
+    )
+    page.screenshot(path=str(SCREENS / "plan-add-step-refused.png"), full_page=True)
+    page.fill("#id_inputs", '{"report": {"$ref": "audit-report"}}')
+    page.click("#plan-add-form button[type=submit]")
+    page.wait_for_selector('.diff-page[data-from="1"][data-to="2"]')
+    assert "second-hold" in page.inner_text(".diff-page")
+    # The refused first try answered 422, as it should; nothing else went wrong.
+    assert [p for p in problems if not p.startswith("422 ")] == [], problems
