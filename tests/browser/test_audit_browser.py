@@ -1,5 +1,6 @@
 """The auditor's trail page in a real browser: from the case page to the trail, the banner,
-filters through htmx with the URL kept, the export downloaded and verified offline."""
+filters through htmx with the URL kept, the export downloaded and verified offline, and the key it
+made listed at once."""
 
 from __future__ import annotations
 
@@ -52,4 +53,8 @@ def test_auditor_opens_a_cases_trail_filters_it_and_exports_it(
     download.value.save_as(target)
     report = verify_bundle_file(str(target), trusted_keys=[signing.current_key().public_key])
     assert report.ok and report.events == 3, report.problems
+    # The first export made the signing key: the page lists it, to download, without a reload.
+    key = signing.current_key()
+    page.wait_for_selector(f'#signing-keys tr[data-key="{key.key_id}"]')
+    assert page.locator('[data-note="no-key"]').count() == 0
     assert problems == []

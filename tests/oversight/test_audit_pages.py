@@ -326,7 +326,7 @@ def test_the_key_list_shows_the_key_the_first_export_made(auditor: Any, case: Ca
     region = html.split('<div id="signing-keys"', 1)[1].split(">", 1)[0]
     # Before any export: no key, and the list asks again once the export form is sent.
     assert 'data-note="no-key"' in html
-    assert 'hx-trigger="submit from:.export-form delay:1s"' in region
+    assert 'hx-trigger="formdata from:.export-form delay:1s"' in region
     assert f'hx-get="{trail_url(case)}?key_wait=1"' in region
 
     def key_list(wait: int) -> str:
