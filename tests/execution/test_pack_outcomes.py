@@ -162,3 +162,47 @@ def test_a_fraud_case_reaches_its_goal_only_with_its_freeze_on_the_account(analy
     verdict = verify_goal(case)
     assert not verdict.passed
     assert verdict.reasons == (f"ACC-300 is not frozen: freeze {freeze_id} is not on the account",)
+
+
+def test_a_breach_case_completes_without_an_llm_provider_its_logs_read_by_a_person(
+    analyst: Any, officer: Any, settings: Any
+) -> None:
+    from accounts import roles
+    from execution import actions as execution
+    from execution.models import WorkItem
+    from planning.models import EstateHost
+    from tests import personas
+
+    settings.OPENAI_BASE_URL = settings.OPENAI_API_KEY = ""
+    case = submit_case(
+        submitter=analyst,
+        title="web-2 was broken into",
+        goal="Contain the breach on web-2",
+        domain="incident",
+        strategy="static",
+        inputs={"kind": "security-breach", "service": "web", "affected_hosts": ["web-2"]},
+    )
+    materialise_plan(case.pk)
+    case.refresh_from_db()
+    assert leaves(case)["review-logs-by-hand"].agent == "incident-commander"
+    second_analyst = personas.make_user("ben", roles.ANALYST)
+    approve(Gate.objects.get(case=case, kind=GateKind.PLAN), officer)
+    for _ in range(6):
+        run_ready(case)
+        for item in WorkItem.objects.filter(case=case, status=WorkItem.Status.OPEN):
+            execution.complete_work_item(
+                item_id=item.pk,
+                user=second_analyst,
+                output={"attack_path": "root over ssh from 203.0.113.9, then 4.2 GB out"},
+            )
+        for gate in Gate.objects.filter(
+            case=case,
+            kind=GateKind.STEP,
+            status=GateStatus.PENDING,
+            node__status=NodeStatus.AWAITING_APPROVAL,
+        ):
+            approve(gate, officer, password=PASSWORD)
+    case.refresh_from_db()
+    assert case.status == CaseStatus.COMPLETED, (case.verification, case.error)
+    assert "the Incident response rules hold" in case.verification["checks"]
+    assert EstateHost.objects.get(name="web-2").is_isolated

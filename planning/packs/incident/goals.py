@@ -7,7 +7,8 @@ by side once the hosts are isolated. Any other kind wants `incident_resolved`, w
 capability produces, so the goal-oriented planner raises `NoMethodMatched` just as the static
 methods do. Without affected hosts nothing can be isolated and no logs collected (both tools
 need at least one host), so neither capability is offered and a breach has no goal-oriented plan
-either.
+either. Where the installation has no LLM provider, the forensic analyst's reading is not
+offered: the incident commander reads the logs.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from planning.core.goal import Capability
+from planning.core.pack import has_llm_provider
 from planning.packs.incident import leaves
 from planning.packs.incident.inputs import DATABASE_OUTAGE, SECURITY_BREACH
 
@@ -50,11 +52,17 @@ def capabilities(state: Mapping[str, Any]) -> tuple[Capability, ...]:
             inputs={"connectivity_verified"},
             outputs={"recovery_announced"},
         ),
-        Capability.from_step(
-            leaves.analyse_attack_path(),
-            inputs={"logs_collected"},
-            outputs={"attack_path_known"},
-            cost=2.0,
+        *(
+            (
+                Capability.from_step(
+                    leaves.analyse_attack_path(),
+                    inputs={"logs_collected"},
+                    outputs={"attack_path_known"},
+                    cost=2.0,
+                ),
+            )
+            if has_llm_provider(state)
+            else ()
         ),
         Capability.from_step(
             leaves.review_logs_by_hand(),

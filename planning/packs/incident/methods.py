@@ -5,7 +5,9 @@ breach isolates the systems, runs a forensic analysis and announces the containm
 other incident kind has no method on purpose, so hybrid planning asks the LLM for that
 subtree. Both the breach and its forensics from the hosts' logs need affected hosts: without
 any, nothing can be isolated and there are no logs to collect, so no method applies and hybrid
-planning asks the LLM (which is not offered those tools either, `goals`).
+planning asks the LLM (which is not offered those tools either, `goals`). Where the installation
+has no LLM provider (the state says so: `has_llm_provider`), the incident commander reads the
+logs instead of the `llm` agent forensic-analyst, whose step could not run.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from planning.core.static import Item, Method, MethodLibrary, TaskRef
+from planning.core.pack import has_llm_provider
+from planning.core.static import Item, Method, MethodLibrary, Step, TaskRef
 from planning.packs.incident import leaves
 from planning.packs.incident.inputs import DATABASE_OUTAGE, SECURITY_BREACH
 
@@ -51,17 +54,21 @@ def _breach(state: Mapping[str, Any]) -> Sequence[Item]:
 
 
 def _forensics(state: Mapping[str, Any]) -> Sequence[Item]:
+    return _forensics_read_by(state, leaves.analyse_attack_path())
+
+
+def _forensics_by_hand(state: Mapping[str, Any]) -> Sequence[Item]:
+    return _forensics_read_by(state, leaves.review_logs_by_hand())
+
+
+def _forensics_read_by(state: Mapping[str, Any], reading: Step) -> Sequence[Item]:
     return [
         replace(
             leaves.collect_logs(_hosts(state)),
             reads=frozenset({"isolated"}),
             effects={"logs_collected": True},
         ),
-        replace(
-            leaves.analyse_attack_path(),
-            reads=frozenset({"logs_collected"}),
-            effects={"forensics_done": True},
-        ),
+        replace(reading, reads=frozenset({"logs_collected"}), effects={"forensics_done": True}),
     ]
 
 
@@ -78,6 +85,13 @@ METHODS = MethodLibrary(
             task="respond-to-incident",
             guard=lambda s: s.get("kind") == SECURITY_BREACH and bool(s.get("affected_hosts")),
             decompose=_breach,
+        ),
+        Method(
+            name="forensics-from-logs-by-hand",
+            task="forensic-analysis",
+            guard=lambda s: bool(s.get("affected_hosts")) and not has_llm_provider(s),
+            decompose=_forensics_by_hand,
+            description="no LLM provider is configured: the incident commander reads the logs",
         ),
         Method(
             name="forensics-from-logs",

@@ -94,7 +94,7 @@ def _without(library: MethodLibrary, *names: str) -> MethodLibrary:
 
 
 def test_only_the_unmatched_subtree_goes_to_the_llm(fake_openai: FakeOpenAIServer) -> None:
-    library = _without(INCIDENT.methods, "forensics-from-logs")
+    library = _without(INCIDENT.methods, "forensics-from-logs", "forensics-from-logs-by-hand")
     fake_openai.enqueue(
         answer(
             leaf("pull-logs", "incident-commander", "have the logs of web-2 collected"),
