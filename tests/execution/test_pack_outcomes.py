@@ -185,7 +185,7 @@ def test_a_breach_case_completes_without_an_llm_provider_its_logs_read_by_a_pers
     materialise_plan(case.pk)
     case.refresh_from_db()
     assert leaves(case)["review-logs-by-hand"].agent == "incident-commander"
-    second_analyst = personas.make_user("ben", roles.ANALYST)
+    second_analyst: Any = personas.make_user("ben", roles.ANALYST)
     approve(Gate.objects.get(case=case, kind=GateKind.PLAN), officer)
     for _ in range(6):
         run_ready(case)
