@@ -15,6 +15,8 @@ from planning.models import (
     ErpPaymentHold,
     EstateDatabase,
     EstateFailover,
+    EstateHost,
+    EstateIsolation,
     EstateNotice,
     NodeStatus,
     PlanNode,
@@ -141,6 +143,65 @@ def test_incident_cases_on_real_workers_fail_over_and_notify_once_even_with_mess
     assert EstateFailover.objects.filter(service="inventory-db").count() == 1
     assert EstateNotice.objects.count() == 2
     assert EstateDatabase.objects.get(service="orders-db").current_primary == "db-orders-2"
+
+
+@pytest.mark.scenario("E6")
+def test_a_breach_case_on_real_workers_isolates_and_announces_once_with_messages_repeated(
+    harness: Harness, analyst: Any, officer: Any, settings: Any
+) -> None:
+    from accounts import roles
+    from execution import dispatch
+    from execution.models import WorkItem
+    from execution.work_items import complete_work_item
+    from oversight.actions.gates import DecisionInput, decide_gate
+    from oversight.models import Gate, GateKind, GateStatus
+    from planning.actions import materialise_plan, submit_case
+    from tests import personas
+    from tests.personas import PASSWORD
+
+    settings.OPENAI_BASE_URL = settings.OPENAI_API_KEY = ""  # a person reads the logs
+    case = submit_case(
+        submitter=analyst,
+        title="web-2 was broken into",
+        goal="Contain the breach on web-2",
+        domain="incident",
+        strategy="static",
+        inputs={"kind": "security-breach", "service": "web", "affected_hosts": ["web-2"]},
+    )
+    materialise_plan(case.pk)
+    reader: Any = personas.make_user("ben", roles.ANALYST)
+    first, second = harness.worker(), harness.worker()
+    try:
+        approve_plan(case, officer)
+        for gate in Gate.objects.filter(case=case, kind=GateKind.STEP, status=GateStatus.PENDING):
+            decide_gate(
+                gate_id=gate.pk,
+                user=officer,
+                decision=DecisionInput(decision="approve", password=PASSWORD),
+            )
+        for key in ("isolate-systems", "announce-containment"):
+            for _ in range(3):  # the message redelivered, and sent again by a second scheduler
+                dispatch.send_leaf(leaf(case, key).pk)
+        wait_until("the logs' work item",
+                   lambda: WorkItem.objects.filter(case=case, status="open").exists(),
+                   workers=(first, second))  # fmt: skip
+        complete_work_item(
+            item_id=WorkItem.objects.get(case=case, status="open").pk,
+            user=reader,
+            output={"attack_path": "root over ssh from 203.0.113.9, then 4.2 GB out"},
+        )
+        wait_until("the announcement",
+                   lambda: leaf(case, "announce-containment").status == NodeStatus.SUCCEEDED,
+                   workers=(first, second))  # fmt: skip
+    finally:
+        first.stop()
+        second.stop()
+    case.refresh_from_db()
+    assert case.status == CaseStatus.COMPLETED, case.verification
+    assert leaf(case, "isolate-systems").attempts == 1
+    assert EstateIsolation.objects.count() == 1
+    assert EstateNotice.objects.count() == 1
+    assert EstateHost.objects.get(name="web-2").is_isolated
 
 
 @pytest.mark.scenario("S11", "E8")
