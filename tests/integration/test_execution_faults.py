@@ -18,6 +18,7 @@ from planning.models import (
     EstateHost,
     EstateIsolation,
     EstateNotice,
+    FraudAccountFreeze,
     NodeStatus,
     PlanNode,
 )
@@ -202,6 +203,61 @@ def test_a_breach_case_on_real_workers_isolates_and_announces_once_with_messages
     assert EstateIsolation.objects.count() == 1
     assert EstateNotice.objects.count() == 1
     assert EstateHost.objects.get(name="web-2").is_isolated
+
+
+@pytest.mark.scenario("E6")
+def test_a_serious_fraud_case_on_real_workers_freezes_the_account_once_with_messages_repeated(
+    harness: Harness, analyst: Any, officer: Any, settings: Any
+) -> None:
+    from accounts import roles
+    from execution import dispatch
+    from execution.models import WorkItem
+    from execution.work_items import complete_work_item
+    from oversight.actions.gates import DecisionInput, decide_gate
+    from oversight.models import Gate, GateKind, GateStatus
+    from planning.actions import materialise_plan, submit_case
+    from tests import personas
+    from tests.personas import PASSWORD
+
+    settings.OPENAI_BASE_URL = settings.OPENAI_API_KEY = ""  # people write the findings
+    case = submit_case(
+        submitter=analyst,
+        title="ACC-300 paid a sanctioned company",
+        goal="Investigate ACC-300",
+        domain="fraud",
+        strategy="static",
+        inputs={"account_id": "ACC-300", "amount": "12500"},
+    )
+    materialise_plan(case.pk)
+    worker_person: Any = personas.make_user("ben", roles.ANALYST)
+    first, second = harness.worker(), harness.worker()
+    try:
+        approve_plan(case, officer)
+        for gate in Gate.objects.filter(case=case, kind=GateKind.STEP, status=GateStatus.PENDING):
+            decide_gate(
+                gate_id=gate.pk,
+                user=officer,
+                decision=DecisionInput(decision="approve", password=PASSWORD),
+            )
+        for _ in range(3):  # the message redelivered, and sent again by a second scheduler
+            dispatch.send_leaf(leaf(case, "freeze-account").pk)
+        while leaf(case, "freeze-account").status != NodeStatus.SUCCEEDED:
+            wait_until("a person's step or the freeze",
+                       lambda: WorkItem.objects.filter(case=case, status="open").exists()
+                       or leaf(case, "freeze-account").status == NodeStatus.SUCCEEDED,
+                       workers=(first, second))  # fmt: skip
+            for item in WorkItem.objects.filter(case=case, status="open"):
+                complete_work_item(
+                    item_id=item.pk, user=worker_person, output={"notes": "done as asked"}
+                )
+    finally:
+        first.stop()
+        second.stop()
+    case.refresh_from_db()
+    assert case.status == CaseStatus.COMPLETED, case.verification
+    assert "the Fraud investigation rules hold" in case.verification["checks"]
+    assert leaf(case, "freeze-account").attempts == 1
+    assert FraudAccountFreeze.objects.filter(account_id="ACC-300").count() == 1
 
 
 @pytest.mark.scenario("S11", "E8")
