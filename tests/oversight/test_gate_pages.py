@@ -511,6 +511,19 @@ def test_a_signature_meaning_shown_before_the_report_ran_is_not_signed_after_it_
     assert approve(client, gate, password=personas.PASSWORD, meaning=fresh).status_code == 302
 
 
+def test_the_plan_gates_detail_says_how_many_steps_ran_not_that_none_did(
+    analyst: Any, officer: Any, second_officer: Any
+) -> None:
+    case = invoice_case(analyst)
+    url = reverse("oversight:gate-detail", args=[plan_gate(case).pk])
+    client = client_for(second_officer)
+    assert "No step of this plan has run yet." in client.get(url).content.decode()
+    _run_to_the_hold(case, officer)
+    page = client.get(url).content.decode()
+    assert "6 of its 7 steps ran or are running" in page
+    assert "No step of this plan has run" not in page
+
+
 def test_an_upstream_output_is_escaped_on_the_gate_page(
     analyst: Any, officer: Any, second_officer: Any
 ) -> None:
