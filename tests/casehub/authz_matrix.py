@@ -69,6 +69,7 @@ oversight:case-gates                              401  ok   404  ok   ok   ok   
 oversight:version-history                         401  ok   404  ok   ok   ok   404  404
 oversight:version-diff                            401  ok   404  ok   ok   ok   404  404
 oversight:plan-edit                               401  403  404  ok   ok   403  404  404
+oversight:plan-add-step                           401  403  404  ok   ok   403  404  404
 oversight:policy-whatif                           401  403  403  403  403  403  ok   403
 oversight:whatif-report                           401  403  403  403  403  403  ok   403 hx=whatif-report
 oversight:notifications                           401  ok   ok   ok   ok   ok   ok   ok

@@ -244,6 +244,22 @@ def _edit_form(user: User | None) -> Req:
     return Req(reverse("oversight:plan-edit", args=[case.pk, node.pk]), data)
 
 
+def _add_step_form(user: User | None) -> Req:
+    case = _invoice_case()
+    node = _node(case, "place-hold")
+    data = {
+        "key": "second-hold",
+        "runner": "payments-clerk:place_payment_hold",
+        "task": "Place a second hold",
+        "inputs": json.dumps({"report": {"$ref": "audit-report"}}),
+        "depends_on": ["place-hold"],
+        "reason_code": "other",
+        "reason": "two findings, two holds",
+        "base_version": node.version.number,
+    }
+    return Req(reverse("oversight:plan-add-step", args=[case.pk, node.pk]), data)
+
+
 def _case_form(user: User | None) -> Req:
     sync_packs()
     data = {
@@ -658,6 +674,7 @@ AUDITED: dict[str, Audited] = {
     ),
     "oversight:gate-decide": Audited("officer", _decide_form, "oversight.gate.decided"),
     "oversight:plan-edit": Audited("officer", _edit_form, "planning.plan.edited"),
+    "oversight:plan-add-step": Audited("officer", _add_step_form, "planning.plan.edited"),
     "oversight:case-trail-export": Audited(
         "auditor",
         lambda user: Req(reverse("oversight:case-trail-export", args=[_invoice_case().pk])),
