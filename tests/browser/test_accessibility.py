@@ -103,6 +103,12 @@ def _visits() -> list[Visit]:
             url=f"/cases/{live.pk}/nodes/{hold_node.pk}/edit/",
             ready="main h1",
         ),
+        Visit(
+            name="plan-add-step",
+            user=officer.username,
+            url=f"/cases/{live.pk}/nodes/{hold_node.pk}/add-after/",
+            ready="#plan-add-form",
+        ),
         Visit(name="notifications", user=officer.username, url="/notifications/", ready="main h1"),
         Visit(name="work-items", user=officer.username, url="/work-items/", ready="main h1"),
         Visit(name="not-found", user=officer.username, url=MISSING_CASE, ready="main h1"),
