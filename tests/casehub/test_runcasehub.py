@@ -155,7 +155,7 @@ def _plan_approve_and_run_a_case(base: str, var_dir: Path) -> None:
         body = {"username": username, "password": passwords[username]}
         return str(_api(base, "POST", "/auth/token", body)["token"])
 
-    analyst, officer = token("analyst"), token("officer")
+    analyst, officer, writer = token("analyst"), token("officer"), token("analyst2")
     submitted = _api(
         base,
         "POST",
@@ -165,7 +165,7 @@ def _plan_approve_and_run_a_case(base: str, var_dir: Path) -> None:
             "goal": "Investigate a suspected duplicate payment to a supplier",
             "domain": "fraud",
             "strategy": "static",
-            "inputs": {"account_id": "ACC-300", "amount": 100},
+            "inputs": {"account_id": "ACC-410", "amount": 100},
         },
         analyst,
     )
@@ -181,13 +181,25 @@ def _plan_approve_and_run_a_case(base: str, var_dir: Path) -> None:
     assert _api(base, "POST", f"/gates/{gates[0]['id']}/decision", decision, officer)["status"] == (
         "approved"
     )
+    # No LLM provider in the demo: a person writes up the findings (a work item for a second
+    # analyst, as the submitter may not do it), once the tool steps before it ran.
+    deadline = time.monotonic() + 60
+    items: list[dict[str, Any]] = []
+    while not items and time.monotonic() < deadline:
+        items = _api(base, "GET", "/work-items?status=open", token=writer)["items"]
+        items = [item for item in items if item["case"] == case["id"]]
+        if not items:
+            time.sleep(0.25)
+    assert [item["node"] for item in items] == ["summarise-findings"], items
+    output = {"text": "Two payments of 60 to a known merchant; nothing unusual."}
+    done = _api(base, "POST", f"/work-items/{items[0]['id']}/complete", {"output": output}, writer)
+    assert done["status"] == "completed", done
     running = {"awaiting_approval", "approved", "executing", "verifying"}
     case = _case_once_not(base, analyst, case["id"], running)
-    # No LLM provider in the demo: the fraud plan's LLM step fails by policy, after the tool
-    # steps before it ran.
-    assert case["status"] in {"completed", "failed"}, case
+    assert case["status"] == "completed", case
     nodes = _api(base, "GET", f"/cases/{case['id']}/plan", token=analyst)["nodes"]
-    assert sum(node["status"] == "succeeded" for node in nodes if node["kind"] == "leaf") >= 2
+    leaves = [node for node in nodes if node["kind"] == "leaf"]
+    assert leaves and all(node["status"] == "succeeded" for node in leaves), leaves
 
 
 def _is_running(pid: int) -> bool:
