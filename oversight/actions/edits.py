@@ -252,18 +252,27 @@ def _with_added(plan: DagPlan, after: Leaf, step: Mapping[str, Any], user: User)
     return group if parent.key == plan.root.key else _replace(plan.root, parent.key, group)
 
 
-def _add_field(problem: PlanningError | ValueError | TypeError) -> str:
-    """Return the form field a refused added step's problem is about."""
-    text = str(problem)
-    if "agent" in text and "tool" not in text:
-        return "changes.add.agent"
-    if "input" in text:
-        return "changes.add.inputs"
-    if "tool" in text:
-        return "changes.add.tool"
-    if "depends" in text or "cycle" in text:
-        return "changes.add.depends_on"
-    return "changes.add"
+# Which changed field a validation problem is about, by the words it uses (checked in order).
+_PROBLEM_FIELDS = (
+    ("depends_on", ("cycle", "depends on")),
+    ("inputs", ("input",)),
+    ("agent", ("agent", "not allowed for")),
+    ("tool", ("tool",)),
+)
+
+
+def _field_for(problem: str, changes: Mapping[str, Any]) -> str:
+    """Return the field of the edit a refused plan's problem is about (`changes` when unclear)."""
+    if "add" in changes:
+        prefix, candidates = "changes.add", {"depends_on", "inputs", "agent", "tool"}
+    elif len(changes) == 1:
+        return _field_of(changes)
+    else:
+        prefix, candidates = "changes", set(changes)
+    for field, words in _PROBLEM_FIELDS:
+        if field in candidates and any(word in problem for word in words):
+            return f"{prefix}.{field}"
+    return prefix
 
 
 def _edited_plan(plan: DagPlan, key: str, changes: Mapping[str, Any], user: User) -> DagPlan:
@@ -302,8 +311,8 @@ def _edited_plan(plan: DagPlan, key: str, changes: Mapping[str, Any], user: User
         validate_plan(edited, current_catalogue(), plan_limits())
         return with_tool_risks(edited, {name: spec.risk for name, spec in all_tool_specs().items()})
     except (PlanningError, ValueError, TypeError) as exc:
-        field = _add_field(exc) if "add" in changes else _field_of(changes)
-        raise EditInvalid(field, problems_in_words(str(exc) or type(exc).__name__)) from None
+        problem = str(exc) or type(exc).__name__
+        raise EditInvalid(_field_for(problem, changes), problems_in_words(problem)) from None
 
 
 def _approved_by(gate: Gate, user: User) -> bool:

@@ -1,7 +1,7 @@
 """Two officers review an analyst's invoice case in a real browser (issue #8).
 
 Officer one finds the plan gate in the review inbox, follows it to the plan's versions, edits a
-step with a reason code (an agent the tool's allow-list refuses first, then one it accepts) and
+step with a reason code (among the agents the tool allows; inputs the tool refuses first) and
 reads the diff; the version they made no longer waits for them. Officer two finds the new
 version's plan gate, opens its detail (the approve button waits for it, R9), approves, then
 signs the payment hold: a wrong password is refused, the right one signs, and the gate page
@@ -142,20 +142,25 @@ def test_two_officers_edit_review_approve_and_sign_an_invoice_case(
     page.wait_for_selector('.edit-page[data-node="check-totals"][data-version="1"]')
     assert page.input_value("select[name=agent]") == "payments-auditor"
 
-    # An agent whose allow-list lacks the step's tool is refused, in words, and nothing changes.
-    page.select_option("select[name=agent]", "erp-connector")
+    # Only the agents allowed the step's tool are offered.
+    offered = page.eval_on_selector_all("select[name=agent] option", "els => els.map(e => e.value)")
+    assert offered == ["payments-auditor", "second-auditor"]
+    # Inputs the tool refuses are refused, in a sentence, and nothing changes.
+    inputs = page.input_value("textarea[name=inputs]")
+    page.select_option("select[name=agent]", "second-auditor")
+    page.fill("textarea[name=inputs]", '{"invoice": 7}')
     page.select_option("select[name=reason_code]", "wrong-agent")
     page.fill("textarea[name=reason]", "The second auditor recomputes totals independently")
     page.click("#plan-edit-form button[type=submit]")
-    page.wait_for_selector('[data-field="agent"] .errorlist')
-    refusal = page.inner_text('[data-field="agent"] .errorlist')
-    assert "erp-connector" in refusal and "not allowed" in refusal, refusal
+    page.wait_for_selector('[data-field="inputs"] .errorlist')
+    refusal = page.inner_text('[data-field="inputs"] .errorlist')
+    assert refusal.startswith("Step check-totals: the inputs do not fit tool check_totals"), refusal
     assert case.versions.count() == 1
     assert page.input_value("select[name=reason_code]") == "wrong-agent"  # kept for the retry
     _shot(page, tmp_path, "review-edit-refused.png")
 
-    # An agent allowed to run check_totals is accepted: v2, and the diff shows the change.
-    page.select_option("select[name=agent]", "second-auditor")
+    # The step's own inputs with an agent allowed check_totals: v2, and the diff shows the change.
+    page.fill("textarea[name=inputs]", inputs)
     page.click("#plan-edit-form button[type=submit]")
     page.wait_for_url(f"**/cases/{case.pk}/versions/diff/?from=1&to=2")
     page.wait_for_selector('.diff-page[data-from="1"][data-to="2"]')

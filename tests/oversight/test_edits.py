@@ -327,7 +327,7 @@ def test_an_added_step_comes_after_its_step_with_a_gate_of_its_own(
     [
         ({"key": "audit-report"}, "changes.add.key", "already has a step audit-report"),
         ({"key": "Second Hold"}, "changes.add.key", "lower-case letters"),
-        ({"agent": "erp-connector"}, "changes.add.tool", "erp-connector cannot run tool"),
+        ({"agent": "erp-connector"}, "changes.add.agent", "erp-connector cannot run tool"),
         ({"agent": "ghost"}, "changes.add.agent", "there is no agent “ghost”"),
         (
             {"inputs": {}},
@@ -378,6 +378,12 @@ def test_an_added_step_that_cannot_run_is_refused_in_words_and_changes_nothing(
         ),
         ("check-totals", {"inputs": {"invoice": 7}}, "changes.inputs", "“invoice”: input should"),
         ("check-po", {"remove": True}, "changes.remove", "which does not run before it"),
+        (
+            "check-totals",
+            {"task": "Recompute", "inputs": {"invoice": 7}},
+            "changes.inputs",
+            "Step check-totals: the inputs do not fit tool check_totals",
+        ),
         ("verify-invoice", {"task": "Do it all"}, "node", "only steps"),
         ("no-such-step", {"task": "x"}, "node", "no step 'no-such-step'"),
         ("check-totals", {"tool": "freeze_account"}, "changes", "cannot change tool"),
