@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from execution.goal_judge import judge_model
 from planning.catalogue import data_port, registered_packs
+from planning.core.pack import GoalFindings
 from planning.models import Case, NodeStatus, PlanNode
 
 
@@ -51,13 +52,17 @@ def verify_goal(case: Case) -> Verdict:
     if pack is not None and pack.goal_check is not None and not reasons:
         outputs = {n.key: n.output for n in nodes if n.status == NodeStatus.SUCCEEDED}
         try:
-            problems = list(pack.goal_check(outputs, data_port(pack)))
+            findings = pack.goal_check(outputs, data_port(pack))
         except (LookupError, ValueError, TypeError) as exc:
             # e.g. a service the estate no longer runs: what cannot be checked is not reached
-            problems = [f"the {pack.name} rules could not be checked: {exc}"]
-        reasons.extend(problems)
-        if not problems:
+            findings = GoalFindings(
+                problems=(f"the {pack.name} rules could not be checked: {exc}",)
+            )
+        reasons.extend(findings.problems)
+        if findings.reached:
+            # what the rules saw hold, in words, under the rules' name
             checks.append(f"the {pack.name} rules hold")
+            checks.extend(findings.held)
     return Verdict(
         passed=not reasons,
         reasons=tuple(reasons),

@@ -22,7 +22,7 @@ def _has_problem(problems: Mapping[str, object], path: str) -> bool:
 
 type StateView = Mapping[str, Any]
 type DataCheck = Callable[[Mapping[str, Any], Any], Mapping[str, Sequence[str]]]
-type GoalCheck = Callable[[Mapping[str, Any], Any], Sequence[str]]
+type GoalCheck = Callable[[Mapping[str, Any], Any], GoalFindings]
 type InputSuggestions = Callable[[Any], Mapping[str, Mapping[str, str]]]
 
 # The planning state's fact "this installation has no LLM provider": the app sets it (the core
@@ -44,6 +44,20 @@ def planning_state(state: Mapping[str, Any], *, has_llm_provider: bool) -> dict[
 def has_llm_provider(state: Mapping[str, Any]) -> bool:
     """Tell whether the installation planning for `state` can call an LLM (yes unless told not)."""
     return not state.get(NO_LLM_PROVIDER, False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GoalFindings:
+    """What a pack's goal check found: `problems` keep the goal from being reached (none: it is);
+    `held` says, in words, what it saw hold in the outputs and the systems."""
+
+    problems: tuple[str, ...] = ()
+    held: tuple[str, ...] = ()
+
+    @property
+    def reached(self) -> bool:
+        """Tell whether the check found nothing that keeps the goal from being reached."""
+        return not self.problems
 
 
 def _no_capabilities(state: StateView) -> tuple[Capability, ...]:

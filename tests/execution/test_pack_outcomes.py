@@ -73,6 +73,11 @@ def test_an_outage_whose_fail_over_restores_orders_db_completes_with_the_goal_re
     assert case.status == CaseStatus.COMPLETED, case.verification
     assert case.verification["passed"] is True
     assert "the Incident response rules hold" in case.verification["checks"]
+    # The result says what the rules saw hold in the estate, not only that they held.
+    assert (
+        "orders-db answers on its primary db-orders-2 after the fail-over"
+        in (case.verification["checks"])
+    )
     nodes = leaves(case)
     # The step after the fail-over saw it: the estate is in the database, not rebuilt per call.
     assert nodes["verify-connectivity"].output == {
@@ -158,6 +163,7 @@ def test_a_fraud_case_reaches_its_goal_only_with_its_freeze_on_the_account(analy
     verdict = verify_goal(case)
     assert verdict.passed, verdict.reasons
     assert "the Fraud investigation rules hold" in verdict.checks
+    assert f"ACC-300 is frozen: freeze {freeze_id} is on the account" in verdict.checks
     FraudAccountFreeze.objects.all().delete()  # the freeze did not last in the account data
     verdict = verify_goal(case)
     assert not verdict.passed

@@ -167,8 +167,8 @@ def test_a_freeze_is_on_the_account_once_per_key() -> None:
     assert DatabaseFraudData().freezes("ACC-410") == ()
     assert fraud.PACK.goal_check is not None
     outputs = {"freeze-account": {"account_id": "ACC-300", "freeze_id": freeze_id}}
-    assert fraud.PACK.goal_check(outputs, DatabaseFraudData()) == []
+    assert list(fraud.PACK.goal_check(outputs, DatabaseFraudData()).problems) == []
     FraudAccountFreeze.objects.all().delete()
-    assert fraud.PACK.goal_check(outputs, DatabaseFraudData()) == [
+    assert list(fraud.PACK.goal_check(outputs, DatabaseFraudData()).problems) == [
         f"ACC-300 is not frozen: freeze {freeze_id} is not on the account"
     ]

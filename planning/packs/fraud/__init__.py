@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from planning.core.catalogue import AgentSpec
-from planning.core.pack import DomainPack
+from planning.core.pack import DomainPack, GoalFindings
 from planning.packs.fraud import goals
 from planning.packs.fraud.data import FraudData, InMemoryFraudData
 from planning.packs.fraud.inputs import FraudCaseInput, check_inputs, suggest_inputs
@@ -75,20 +75,25 @@ AGENTS: tuple[AgentSpec, ...] = (
 )
 
 
-def goal_check(outputs: Mapping[str, Any], data: FraudData) -> list[str]:
-    """Return what keeps a fraud investigation from having reached its goal (none: reached).
+def goal_check(outputs: Mapping[str, Any], data: FraudData) -> GoalFindings:
+    """Return what keeps a fraud investigation from having reached its goal, and what held.
 
     What a case decides must be recorded on the account: every freeze a step made (an output
     with a `freeze_id`, whatever the step's key) is on the account it names.
     """
     problems: list[str] = []
+    held: list[str] = []
     for output in outputs.values():
         if not isinstance(output, Mapping) or not {"account_id", "freeze_id"} <= output.keys():
             continue
         account, freeze_id = str(output["account_id"]), str(output["freeze_id"])
         if freeze_id not in data.freezes(account):
             problems.append(f"{account} is not frozen: freeze {freeze_id} is not on the account")
-    return problems
+        else:
+            held.append(f"{account} is frozen: freeze {freeze_id} is on the account")
+    if not problems and not held:
+        held.append("no step decided to act on the account, and none did")
+    return GoalFindings(problems=tuple(problems), held=tuple(held))
 
 
 PACK = DomainPack(

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from planning.core.pack import GoalFindings
 from planning.packs.incident.infrastructure import Infrastructure
 
 # Words with which a notice claims a service is back, or a breach contained; a negation just
@@ -49,9 +50,10 @@ def _answers(infra: Infrastructure, service: str) -> tuple[bool, str]:
     return infra.is_reachable(primary), primary
 
 
-def goal_check(outputs: Mapping[str, Any], infra: Infrastructure) -> list[str]:
-    """Return what keeps an incident response from having reached its goal (none: reached)."""
+def goal_check(outputs: Mapping[str, Any], infra: Infrastructure) -> GoalFindings:
+    """Return what keeps an incident response from having reached its goal, and what held."""
     problems: list[str] = []
+    held: list[str] = []
     notices: list[Mapping[str, Any]] = []
     answering: list[str] = []  # hosts the case isolated that still answer
     for output in outputs.values():
@@ -63,7 +65,9 @@ def goal_check(outputs: Mapping[str, Any], infra: Infrastructure) -> list[str]:
                 problems.append(f"{service} is not a database the estate runs")
                 continue
             answers, primary = _answers(infra, service)
-            if not answers:
+            if answers:
+                held.append(f"{service} answers on its primary {primary} after the fail-over")
+            else:
                 problems.append(
                     f"{service} does not answer after the fail-over: its primary {primary} "
                     "is unreachable"
@@ -73,21 +77,28 @@ def goal_check(outputs: Mapping[str, Any], infra: Infrastructure) -> list[str]:
                 if infra.is_reachable(host):
                     answering.append(host)
                     problems.append(f"{host} still answers on the network after its isolation")
+                else:
+                    held.append(f"{host} no longer answers on the network")
         elif {"service", "recipients", "message"} <= output.keys():
             notices.append(output)
     for notice in notices:
         service, message = str(notice["service"]), str(notice["message"])
+        refuted = False
         if infra.has_database(service) and claims_recovery(message):
             answers, primary = _answers(infra, service)
             if not answers:
+                refuted = True
                 problems.append(
                     f"the stakeholders were told “{message}”, but {service} does not answer: "
                     f"its primary {primary} is unreachable"
                 )
         if answering and claims_containment(message):
+            refuted = True
             verb = "answers" if len(answering) == 1 else "answer"
             problems.append(
                 f"the stakeholders were told “{message}”, but {', '.join(answering)} still "
                 f"{verb} on the network"
             )
-    return problems
+        if not refuted:
+            held.append(f"the stakeholders were told “{message}”; nothing in the estate refutes it")
+    return GoalFindings(problems=tuple(problems), held=tuple(held))

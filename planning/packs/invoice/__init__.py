@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from planning.core.catalogue import AgentSpec
-from planning.core.pack import DomainPack
+from planning.core.pack import DomainPack, GoalFindings
 from planning.packs.invoice import goals
 from planning.packs.invoice.erp import ErpData, InMemoryErp
 from planning.packs.invoice.inputs import InvoiceCaseInput, check_inputs, suggest_inputs
@@ -78,27 +78,40 @@ AGENTS: tuple[AgentSpec, ...] = (
 )
 
 
-def goal_check(outputs: Mapping[str, Any], erp: ErpData | None) -> list[str]:
-    """Return what keeps a run from having verified its invoice (goal-level verification).
+def goal_check(outputs: Mapping[str, Any], erp: ErpData | None) -> GoalFindings:
+    """Return what keeps a run from having verified its invoice (goal-level verification), and
+    what held.
 
     The audit report must be there, and the payment hold must follow its recommendation: placed
     when it says hold, not placed when it says approve. The outputs say it all: `erp` is unread.
     """
     report = outputs.get("audit-report")
     if not isinstance(report, Mapping):
-        return ["no audit report was compiled"]
+        return GoalFindings(problems=("no audit report was compiled",))
+    recommendation = report.get("recommendation")
+    invoice = report.get("invoice_id") or "the invoice"
+    findings = report.get("findings") or []
+    held = [
+        f"the audit report on {invoice} recommends {recommendation!r}"
+        + (f" on {len(findings)} finding{'' if len(findings) == 1 else 's'}" if findings else "")
+    ]
     problems: list[str] = []
     hold = outputs.get("place-hold")
     if isinstance(hold, Mapping):
-        wanted = report.get("recommendation") == "hold"
+        wanted = recommendation == "hold"
         if bool(hold.get("placed")) != wanted:
             problems.append(
-                f"the report recommends {report.get('recommendation')!r} but the hold was "
+                f"the report recommends {recommendation!r} but the hold was "
                 + ("not placed" if wanted else "placed")
             )
-    if report.get("recommendation") == "hold" and not report.get("findings"):
+        else:
+            hold_id = f" {hold['hold_id']}" if hold.get("hold_id") else ""
+            held.append(
+                f"the payment hold{hold_id} follows it: {'placed' if wanted else 'not placed'}"
+            )
+    if recommendation == "hold" and not findings:
         problems.append("the report recommends a hold without a finding")
-    return problems
+    return GoalFindings(problems=tuple(problems), held=tuple(held))
 
 
 PACK = DomainPack(

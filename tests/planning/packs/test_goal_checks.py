@@ -42,7 +42,14 @@ def test_an_outage_whose_fail_over_restores_the_service_reaches_its_goal() -> No
     outputs = run_plan(incident.PACK, {**OUTAGE, "service": "orders-db"}, infra)
     assert outputs["verify-connectivity"]["reachable"] is True
     assert incident.PACK.goal_check is not None
-    assert incident.PACK.goal_check(outputs, infra) == []
+    findings = incident.PACK.goal_check(outputs, infra)
+    assert findings.reached
+    assert "orders-db answers on its primary db-orders-2 after the fail-over" in findings.held
+    assert any(
+        said.startswith("the stakeholders were told")
+        and said.endswith("nothing in the estate refutes it")
+        for said in findings.held
+    ), findings.held
 
 
 def test_an_outage_whose_fail_over_promotes_a_down_replica_does_not_reach_its_goal() -> None:
@@ -56,7 +63,7 @@ def test_an_outage_whose_fail_over_promotes_a_down_replica_does_not_reach_its_go
         "it is still down"
     )
     assert incident.PACK.goal_check is not None
-    assert incident.PACK.goal_check(outputs, infra) == [
+    assert list(incident.PACK.goal_check(outputs, infra).problems) == [
         "inventory-db does not answer after the fail-over: its primary db-inventory-2 is "
         "unreachable"
     ]
@@ -68,7 +75,7 @@ def test_the_check_reads_the_estate_not_the_steps_outputs() -> None:
     # The service went down again after the last step: the outputs still say reachable.
     infra.primaries["orders-db"] = "db-orders-1"
     assert incident.PACK.goal_check is not None
-    assert incident.PACK.goal_check(outputs, infra) == [
+    assert list(incident.PACK.goal_check(outputs, infra).problems) == [
         "orders-db does not answer after the fail-over: its primary db-orders-1 is unreachable",
         "the stakeholders were told “Outage of orders-db: orders-db answers on its primary "
         "db-orders-2; it is back in service”, but orders-db does not answer: its primary "
@@ -84,15 +91,15 @@ def test_a_notice_claiming_a_recovery_the_estate_refutes_is_a_finding() -> None:
         "message": "inventory-db is back in service",
     }
     assert incident.PACK.goal_check is not None
-    assert incident.PACK.goal_check({"tell": notice}, infra) == [
+    assert list(incident.PACK.goal_check({"tell": notice}, infra).problems) == [
         "the stakeholders were told “inventory-db is back in service”, but inventory-db does "
         "not answer: its primary db-inventory-1 is unreachable"
     ]
     honest = {**notice, "message": "inventory-db is not back in service yet"}
-    assert incident.PACK.goal_check({"tell": honest}, infra) == []
+    assert list(incident.PACK.goal_check({"tell": honest}, infra).problems) == []
     # The same claim is true of a service that answers.
     true_claim = {**notice, "service": "billing-db", "message": "billing-db is back in service"}
-    assert incident.PACK.goal_check({"tell": true_claim}, infra) == []
+    assert list(incident.PACK.goal_check({"tell": true_claim}, infra).problems) == []
 
 
 @pytest.mark.parametrize(
@@ -130,11 +137,11 @@ def test_isolated_hosts_must_no_longer_answer() -> None:
     outputs = run_plan(incident.PACK, inputs, infra)
     assert outputs["isolate-systems"] == {"isolated": ["web-2"]}
     assert incident.PACK.goal_check is not None
-    assert incident.PACK.goal_check(outputs, infra) == []
+    assert list(incident.PACK.goal_check(outputs, infra).problems) == []
     infra.isolated.clear()  # the host came back on the network after the last step
     message = outputs["announce-containment"]["message"]
     assert message.startswith("security breach contained")
-    assert incident.PACK.goal_check(outputs, infra) == [
+    assert list(incident.PACK.goal_check(outputs, infra).problems) == [
         "web-2 still answers on the network after its isolation",
         f"the stakeholders were told “{message}”, but web-2 still answers on the network",
     ]
@@ -173,8 +180,8 @@ def test_a_serious_fraud_case_reaches_its_goal_once_the_freeze_is_on_the_account
     freeze = data.with_call(ToolCall(idempotency_key="leaf-freeze")).freeze("ACC-300", "findings")
     outputs = {"freeze-account": {"account_id": "ACC-300", "freeze_id": freeze}}
     assert fraud.PACK.goal_check is not None
-    assert fraud.PACK.goal_check(outputs, data) == []
-    assert fraud.PACK.goal_check(outputs, InMemoryFraudData()) == [
+    assert list(fraud.PACK.goal_check(outputs, data).problems) == []
+    assert list(fraud.PACK.goal_check(outputs, InMemoryFraudData()).problems) == [
         f"ACC-300 is not frozen: freeze {freeze} is not on the account"
     ]
 
@@ -182,7 +189,10 @@ def test_a_serious_fraud_case_reaches_its_goal_once_the_freeze_is_on_the_account
 def test_a_light_fraud_case_decides_nothing_on_the_account() -> None:
     summary = {"account_id": "ACC-410", "count": 1, "total": "60.00", "counterparties": ["Books"]}
     assert fraud.PACK.goal_check is not None
-    assert fraud.PACK.goal_check({"pull-transactions": summary}, InMemoryFraudData()) == []
+    assert (
+        list(fraud.PACK.goal_check({"pull-transactions": summary}, InMemoryFraudData()).problems)
+        == []
+    )
 
 
 def test_the_in_memory_account_data_freezes_once_per_key() -> None:

@@ -220,10 +220,32 @@ def test_the_invoice_goal_holds_when_the_hold_follows_the_reports_recommendation
 
     erp = InMemoryErp()
     report = {"findings": ["duplicate payment"], "recommendation": "hold"}
-    assert goal_check({"audit-report": report, "place-hold": {"placed": True}}, erp) == []
-    assert goal_check({"audit-report": report, "place-hold": {"placed": False}}, erp) == [
-        "the report recommends 'hold' but the hold was not placed"
-    ]
+    assert (
+        list(goal_check({"audit-report": report, "place-hold": {"placed": True}}, erp).problems)
+        == []
+    )
+    assert list(
+        goal_check({"audit-report": report, "place-hold": {"placed": False}}, erp).problems
+    ) == ["the report recommends 'hold' but the hold was not placed"]
     clean = {"findings": [], "recommendation": "approve"}
-    assert goal_check({"audit-report": clean, "place-hold": {"placed": False}}, erp) == []
-    assert goal_check({}, erp) == ["no audit report was compiled"]
+    assert (
+        list(goal_check({"audit-report": clean, "place-hold": {"placed": False}}, erp).problems)
+        == []
+    )
+    assert list(goal_check({}, erp).problems) == ["no audit report was compiled"]
+
+
+def test_the_invoice_goal_check_says_what_held() -> None:
+    from planning.packs.invoice import goal_check
+
+    report = {"invoice_id": "INV-1042", "findings": ["duplicate payment"], "recommendation": "hold"}
+    hold = {"placed": True, "hold_id": "HOLD-1"}
+    findings = goal_check({"audit-report": report, "place-hold": hold}, InMemoryErp())
+    assert findings.reached
+    assert findings.held == (
+        "the audit report on INV-1042 recommends 'hold' on 1 finding",
+        "the payment hold HOLD-1 follows it: placed",
+    )
+    refused = goal_check({"audit-report": report, "place-hold": {"placed": False}}, None)
+    assert not refused.reached
+    assert refused.held == ("the audit report on INV-1042 recommends 'hold' on 1 finding",)
