@@ -18,7 +18,15 @@ from ninja.pagination import paginate
 from pydantic import ConfigDict
 
 from oversight.actions import gates as gate_actions
-from oversight.models import Gate, GateDecision, GateKind, GateRisk, GateStatus, ReasonCode
+from oversight.models import (
+    OPEN_GATE_STATUSES,
+    Gate,
+    GateDecision,
+    GateKind,
+    GateRisk,
+    GateStatus,
+    ReasonCode,
+)
 from planning import rules
 from planning.api import Message, Page, ValidationMessage, request_user
 from planning.queries import visible_cases
@@ -80,6 +88,12 @@ class GateOut(Schema):
     escalated: bool
     risk: GateRisk
     needs_signature: bool
+    signature_meaning: str | None = Field(
+        None,
+        description="For an open gate that needs a signature: what approving it means now, as the "
+        "signature records it, naming the outputs the step acts on as they are; send it back as "
+        "`meaning` to sign exactly that. Null otherwise.",
+    )
     approval_expires_at: datetime | None
     decisions: list[DecisionOut]
 
@@ -108,6 +122,12 @@ class GateOut(Schema):
         return gate.escalated_at is not None
 
     @staticmethod
+    def resolve_signature_meaning(gate: Gate) -> str | None:
+        if not gate.needs_signature or gate.status not in OPEN_GATE_STATUSES:
+            return None
+        return gate_actions.signature_meaning(gate)
+
+    @staticmethod
     def resolve_decisions(gate: Gate) -> list[GateDecision]:
         return list(gate.decisions.all())
 
@@ -132,6 +152,12 @@ class DecisionIn(Schema):
     )
     content_hash: str | None = Field(
         None, max_length=64, description="The content hash you reviewed; a different one is 409."
+    )
+    meaning: str | None = Field(
+        None,
+        max_length=20_000,
+        description="For a signature: the gate's `signature_meaning` you read; when what the step "
+        "acts on changed since (a step upstream ran), 409 and nothing is signed.",
     )
 
 
@@ -227,6 +253,7 @@ def decide(request: HttpRequest, gate_id: int, payload: DecisionIn) -> Gate:
             password=payload.password,
             version=payload.version,
             content_hash=payload.content_hash,
+            meaning=payload.meaning,
         ),
     )
     return _with_decisions(

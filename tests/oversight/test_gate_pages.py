@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from accounts import roles
 from accounts.models import AccessDenial, SigningState
+from accounts.tokens import issue_api_token
 from audit.chain import case_chain
 from audit.models import AuditEvent
 from oversight.models import Gate, GateDecision, GateKind, GateRisk, GateStatus, Notification
@@ -509,6 +510,32 @@ def test_a_signature_meaning_shown_before_the_report_ran_is_not_signed_after_it_
     fresh = response.content.decode().split('name="meaning" value="', 1)[1].split('"', 1)[0]
     assert "recommendation: hold" in fresh
     assert approve(client, gate, password=personas.PASSWORD, meaning=fresh).status_code == 302
+
+
+def test_through_the_api_a_signature_binds_the_meaning_read_and_refuses_a_stale_one(
+    analyst: Any, officer: Any, second_officer: Any
+) -> None:
+    case = invoice_case(analyst)
+    gate = hold_gate(case)
+    api = Client(headers={"Authorization": f"Bearer {issue_api_token(second_officer)}"})
+    read = api.get(f"/api/gates/{gate.pk}").json()
+    shown = read["signature_meaning"]
+    assert "the output of audit-report, not run yet" in shown
+    assert api.get(f"/api/gates/{plan_gate(case).pk}").json()["signature_meaning"] is None
+    _run_to_the_hold(case, officer)
+    body = {"decision": "approve", "password": personas.PASSWORD, "meaning": shown}
+    url = f"/api/gates/{gate.pk}/decision"
+    response = api.post(url, body, content_type="application/json")
+    assert response.status_code == 409
+    assert "what the step acts on changed" in response.json()["message"]
+    assert not GateDecision.objects.filter(gate=gate).exists()
+    fresh = api.get(f"/api/gates/{gate.pk}").json()["signature_meaning"]
+    assert "recommendation: hold" in fresh
+    response = api.post(url, {**body, "meaning": fresh}, content_type="application/json")
+    assert response.status_code == 200, response.content
+    signed = response.json()
+    assert signed["signature_meaning"] is None  # decided: nothing left to sign
+    assert "recommendation: hold" in signed["decisions"][0]["signature"]["meaning"]
 
 
 def test_the_plan_gates_detail_says_how_many_steps_ran_not_that_none_did(
