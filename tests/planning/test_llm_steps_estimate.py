@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from oversight.models import Gate, GateKind
 from planning.catalogue import sync_packs
-from planning.estimates import preview_llm_steps
+from planning.estimates import LlmSteps, preview_llm_steps
 from tests.cases import planned_case
 from tests.planning.test_views import client_for, htmx_get
 
@@ -66,19 +66,32 @@ def test_llm_planning_adds_the_llm_steps_to_its_planning_calls(analyst: Any, set
     assert "Each step the plan gives an LLM agent makes up to 4 more when it runs." in body
 
 
-def test_a_plan_with_an_llm_step_and_no_provider_is_flagged_on_the_form(settings: Any) -> None:
-    settings.OPENAI_API_KEY = settings.OPENAI_BASE_URL = ""
+def test_a_breach_plan_counts_its_llm_step_with_a_provider_and_gives_it_to_a_person_without(
+    settings: Any,
+) -> None:
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"  # configured; nothing is called
     steps = preview_llm_steps(domain="incident", strategy="static", inputs=BREACH, max_depth=2)
     assert steps is not None and steps.agents == ("forensic-analyst",)
-    assert steps.cannot_run and NO_PROVIDER_WARNING in steps.warning
+    assert not steps.cannot_run and steps.warning == ""
+    settings.OPENAI_API_KEY = settings.OPENAI_BASE_URL = ""
+    steps = preview_llm_steps(domain="incident", strategy="static", inputs=BREACH, max_depth=2)
+    assert steps is not None and steps.keys == () and not steps.cannot_run
     assert preview_llm_steps(domain="incident", strategy="llm", inputs=BREACH, max_depth=2) is None
+
+
+def test_llm_steps_without_a_provider_say_they_cannot_run() -> None:
+    steps = LlmSteps(keys=("analyse",), agents=("forensic-analyst",), has_provider=False, rounds=4)
+    assert steps.cannot_run and NO_PROVIDER_WARNING in steps.warning and "analyse" in steps.warning
+    assert LlmSteps(keys=(), agents=(), has_provider=False, rounds=4).warning == ""
 
 
 def test_the_case_page_and_the_plan_gate_say_an_llm_step_cannot_run_without_a_provider(
     analyst: Any, officer: Any, settings: Any
 ) -> None:
-    settings.OPENAI_API_KEY = settings.OPENAI_BASE_URL = ""
+    # Planned while a provider was configured, which the operator then removed before approval.
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
     case = planned_case(analyst, domain="incident", inputs=BREACH)
+    settings.OPENAI_API_KEY = settings.OPENAI_BASE_URL = ""
     client = client_for(officer)
     page = client.get(reverse("planning:case-detail", args=[case.pk])).content.decode()
     assert "0 LLM calls to plan · 1 step for an LLM agent (forensic-analyst)" in page
