@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from planning.core.catalogue import AgentSpec, ToolSpec
-from planning.core.pack import DomainPack
+from planning.core.pack import DomainPack, case_inputs
 from planning.core.static import Method, MethodLibrary
 from planning.core.tree import Compound, Leaf, Provenance
 
@@ -86,7 +86,7 @@ def layered_dag(shape: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
 
 
 def _layers(state: Mapping[str, Any]) -> list[Compound]:
-    dag = BenchDagInput.model_validate(dict(state))
+    dag = BenchDagInput.model_validate(case_inputs(state))
     return [
         Compound(
             key=f"layer-{i:03d}",

@@ -41,6 +41,15 @@ def planning_state(state: Mapping[str, Any], *, has_llm_provider: bool) -> dict[
     return facts
 
 
+def case_inputs(state: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the case's own inputs in a planning `state`, without the installation's facts.
+
+    A pack whose methods validate the state against its input schema (which forbids unknown
+    fields) validates this instead.
+    """
+    return {key: value for key, value in state.items() if key != NO_LLM_PROVIDER}
+
+
 def has_llm_provider(state: Mapping[str, Any]) -> bool:
     """Tell whether the installation planning for `state` can call an LLM (yes unless told not)."""
     return not state.get(NO_LLM_PROVIDER, False)

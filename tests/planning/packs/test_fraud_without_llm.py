@@ -12,7 +12,7 @@ import pytest
 from planning.core.dag import DagPlan
 from planning.core.forward import ForwardDecomposition
 from planning.core.goal import GoalOrientedDecomposition
-from planning.core.pack import NO_LLM_PROVIDER, has_llm_provider, planning_state
+from planning.core.pack import NO_LLM_PROVIDER, case_inputs, has_llm_provider, planning_state
 from planning.core.static import StaticDecomposition
 from planning.core.validation import validate_plan
 from planning.packs import fraud
@@ -58,6 +58,9 @@ def test_the_state_says_no_provider_only_where_there_is_none() -> None:
     assert without[NO_LLM_PROVIDER] is True and not has_llm_provider(without)
     # A state carried over (a re-plan) is told again, not trusted as it was.
     assert has_llm_provider(planning_state(without, has_llm_provider=True))
+    # A pack validating the state against its schema (unknown fields forbidden) reads the inputs.
+    assert case_inputs(without) == inputs
+    assert fraud.PACK.input_schema.model_validate(case_inputs(without))
 
 
 def test_without_a_provider_a_person_summarises_a_light_case() -> None:
